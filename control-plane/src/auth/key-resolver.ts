@@ -1,0 +1,143 @@
+import {
+  type AccountTier,
+  ApiError,
+  type ApiKeyEnvironment,
+  hashApiKey,
+  isWellFormedApiKey,
+  type KeyPermission,
+  type KeyScope,
+  type KeyType,
+} from '@anvil/shared';
+import type { Database } from '../db/index.ts';
+import type { Clock } from './clock.ts';
+import type { Principal } from './principal.ts';
+
+const INVALIDATE_CHANNEL = 'anvil_auth_invalidate';
+
+interface CachedKey {
+  principal: Principal;
+  status: string;
+  graceUntil: Date | null;
+  userStatus: string;
+  fetchedAt: number;
+}
+
+export interface KeyResolverOptions {
+  db: Database;
+  clock: Clock;
+  /** How long a resolved key is trusted without asking the database. Revocations also notify every process. */
+  cacheTtlMs?: number;
+  /** How often last-used times are written back. */
+  lastUsedFlushMs?: number;
+}
+
+function unauthorized(message: string, reason: string): ApiError {
+  return new ApiError('UNAUTHORIZED', message, { reason });
+}
+
+/**
+ * Turns an Authorization header into a Principal. Malformed keys are refused by their checksum without
+ * touching the database; valid keys are cached briefly, and every revocation, rotation or suspension is
+ * broadcast over LISTEN/NOTIFY so all control-plane processes drop the entry at once.
+ */
+export class KeyResolver {
+  private readonly cache = new Map<string, CachedKey>();
+  private readonly lastUsed = new Map<string, Date>();
+  private readonly ttl: number;
+  private flushTimer: NodeJS.Timeout | null = null;
+  private unlisten: (() => Promise<void>) | null = null;
+
+  constructor(private readonly options: KeyResolverOptions) {
+    this.ttl = options.cacheTtlMs ?? 30_000;
+  }
+
+  async start(): Promise<void> {
+    this.unlisten = await this.options.db.listen(INVALIDATE_CHANNEL, () => this.cache.clear());
+    this.flushTimer = setInterval(() => {
+      this.flushLastUsed().catch(() => {});
+    }, this.options.lastUsedFlushMs ?? 15_000);
+    this.flushTimer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.flushTimer) clearInterval(this.flushTimer);
+    await this.unlisten?.();
+    await this.flushLastUsed();
+  }
+
+  /** Drops every cached key here and in every other process sharing the database. */
+  async invalidate(): Promise<void> {
+    this.cache.clear();
+    await this.options.db.notify(INVALIDATE_CHANNEL, 'keys');
+  }
+
+  async resolve(authorization: string | undefined): Promise<Principal> {
+    if (!authorization) {
+      throw unauthorized('missing API key: send "Authorization: Bearer <API_KEY>"', 'missing');
+    }
+    const value = authorization.startsWith('Bearer ') ? authorization.slice(7).trim() : authorization.trim();
+    if (!isWellFormedApiKey(value)) throw unauthorized('malformed API key', 'malformed');
+
+    const hash = hashApiKey(value);
+    const nowMs = this.options.clock.now().getTime();
+    let entry = this.cache.get(hash);
+    if (!entry || nowMs - entry.fetchedAt > this.ttl) {
+      const loaded = await this.load(hash, nowMs);
+      if (!loaded) throw unauthorized('invalid API key', 'unknown');
+      this.cache.set(hash, loaded);
+      entry = loaded;
+    }
+    this.check(entry, nowMs);
+    this.lastUsed.set(entry.principal.keyId, new Date(nowMs));
+    return entry.principal;
+  }
+
+  private check(entry: CachedKey, nowMs: number): void {
+    if (entry.userStatus !== 'active')
+      throw unauthorized(`API key owner is ${entry.userStatus}`, 'owner_inactive');
+    if (entry.status === 'revoked') throw unauthorized('API key has been revoked', 'revoked');
+    if (entry.status === 'rotated' && !(entry.graceUntil && entry.graceUntil.getTime() > nowMs)) {
+      throw unauthorized('API key has been rotated; use its replacement', 'rotated');
+    }
+    const expiresAt = entry.principal.expiresAt;
+    if (expiresAt && expiresAt.getTime() <= nowMs) throw unauthorized('API key has expired', 'expired');
+  }
+
+  private async load(hash: string, nowMs: number): Promise<CachedKey | null> {
+    const row = await this.options.db.prisma.apiKey.findUnique({
+      where: { hash },
+      include: { user: { select: { status: true, role: true } }, account: { select: { tier: true } } },
+    });
+    if (!row) return null;
+    return {
+      principal: {
+        keyId: row.id,
+        accountId: row.accountId,
+        userId: row.userId,
+        userRole: row.user.role,
+        keyType: row.type as KeyType,
+        environment: row.environment as ApiKeyEnvironment,
+        permissions: row.permissions as KeyPermission[],
+        scopes: row.scopes as KeyScope[],
+        expiresAt: row.expiresAt,
+        tier: row.account.tier as AccountTier,
+      },
+      status: row.status,
+      graceUntil: row.graceUntil,
+      userStatus: row.user.status,
+      fetchedAt: nowMs,
+    };
+  }
+
+  /** Writes pending last-used times; called on a timer, before key listings, and at shutdown. */
+  async flushLastUsed(): Promise<void> {
+    if (this.lastUsed.size === 0) return;
+    const pending = [...this.lastUsed];
+    this.lastUsed.clear();
+    await this.options.db.sql.query(
+      `UPDATE api_keys AS k SET last_used_at = GREATEST(COALESCE(k.last_used_at, v.at), v.at)
+       FROM (SELECT unnest($1::text[]) AS id, unnest($2::timestamptz[]) AS at) AS v WHERE k.id = v.id`,
+      [pending.map(([id]) => id), pending.map(([, at]) => at.toISOString())],
+    );
+  }
+}

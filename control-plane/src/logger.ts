@@ -1,0 +1,17 @@
+import pino, { type Logger } from 'pino';
+import type { LogLevel } from './config.ts';
+
+/** JSON logs; secrets that might appear in request logs are redacted at the source. */
+export function createLogger(level: LogLevel, destination?: pino.DestinationStream): Logger {
+  return pino(
+    {
+      level,
+      base: { service: 'anvil-control-plane' },
+      redact: {
+        paths: ['req.headers.authorization', 'req.headers.cookie', '*.value', '*.password'],
+        censor: '[redacted]',
+      },
+    },
+    destination,
+  );
+}

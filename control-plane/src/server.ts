@@ -1,0 +1,60 @@
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { buildApp } from './app.ts';
+import { bootstrapOwner } from './auth/bootstrap.ts';
+import type { Config } from './config.ts';
+import { type AppContext, createContext } from './context.ts';
+import { openMigratedDatabase } from './db/index.ts';
+
+export interface RunningServer {
+  app: FastifyInstance;
+  context: AppContext;
+  url: string;
+  /** Graceful stop: refuse new connections, finish in-flight requests, then close the database. */
+  close(): Promise<void>;
+}
+
+export async function startServer(
+  config: Config,
+  logger: Logger,
+  out: NodeJS.WritableStream = process.stdout,
+): Promise<RunningServer> {
+  const db = await openMigratedDatabase(config);
+  logger.info({ database: db.kind }, 'database migrated');
+  const boot = await bootstrapOwner(db, config);
+  if (boot.created) {
+    logger.info(
+      { account_id: boot.accountId, user_id: boot.userId, email: config.ownerEmail },
+      'owner account created',
+    );
+    if (boot.generatedKey) {
+      // The one and only time this value exists outside the caller's hands: stdout, not the log.
+      out.write(`\nOwner API key (shown once, store it now):\n  ${boot.generatedKey}\n\n`);
+    }
+  }
+
+  const context = createContext(config, db);
+  await context.start();
+  const app = await buildApp({ context, logger });
+  const url = await app.listen({ port: config.port, host: config.host });
+  logger.info({ url }, 'control plane listening');
+
+  let closing: Promise<void> | null = null;
+  return {
+    app,
+    context,
+    url,
+    close() {
+      closing ??= (async () => {
+        context.ready = false;
+        const force = setTimeout(() => app.server.closeAllConnections(), config.shutdownTimeoutMs);
+        force.unref();
+        await app.close();
+        clearTimeout(force);
+        await context.stop();
+        await db.close();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,4 @@
+export * from './api-keys.ts';
+export * from './auth.ts';
+export * from './errors.ts';
+export * from './ids.ts';
