@@ -7,6 +7,7 @@ import type { AppContext } from './context.ts';
 import { installAuthentication } from './http/authorize.ts';
 import { installErrorHandling } from './http/error-handler.ts';
 import { installOpenApi } from './http/openapi.ts';
+import { buildValidator } from './http/validation.ts';
 import { requestIdFor } from './http/request-id.ts';
 
 export interface BuildAppOptions {
@@ -27,9 +28,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
-    ajv: {
-      customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false },
-    },
+    schemaController: { compilersFactory: { buildValidator: buildValidator as never } },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   app.addHook('onRequest', async (request, reply) => {
@@ -41,6 +40,8 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
     if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
   });
 
+  // Only JSON (and, where a route adds it, multipart) bodies are accepted: anything else is 415.
+  app.removeContentTypeParser('text/plain');
   installErrorHandling(app);
   installAuthentication(app, context.keys);
   await installOpenApi(app);

@@ -1,2 +1,3 @@
 export * from './app.ts';
 export * from './database.ts';
+export * from './process.ts';

@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { generateApiKey } from '@anvil/shared';
+import { ConfigError, loadConfig } from './config.ts';
+
+describe('configuration', () => {
+  it('has the documented defaults', () => {
+    const config = loadConfig({});
+    expect(config.port).toBe(8080);
+    expect(config.dataDir).toMatch(/\/data$/);
+    expect(config.databaseUrl).toBeNull();
+    expect(config.ownerEmail).toBe('admin@localhost');
+    expect(config.bootstrapApiKey).toBeNull();
+    expect(config.logLevel).toBe('info');
+  });
+
+  it('reads every variable', () => {
+    const key = generateApiKey('live');
+    const config = loadConfig({
+      PORT: '9000',
+      ANVIL_DATA_DIR: '/srv/anvil',
+      DATABASE_URL: 'postgres://u:p@db:5432/anvil',
+      ANVIL_OWNER_EMAIL: 'ops@example.com',
+      ANVIL_BOOTSTRAP_API_KEY: key,
+      LOG_LEVEL: 'debug',
+    });
+    expect(config).toMatchObject({
+      port: 9000,
+      dataDir: '/srv/anvil',
+      databaseUrl: 'postgres://u:p@db:5432/anvil',
+      ownerEmail: 'ops@example.com',
+      bootstrapApiKey: key,
+      logLevel: 'debug',
+    });
+  });
+
+  it.each([
+    ['PORT', 'abc', /PORT must be an integer/],
+    ['PORT', '70000', /PORT must be between 0 and 65535/],
+    ['DATABASE_URL', 'mysql://x/y', /DATABASE_URL must use postgres/],
+    ['DATABASE_URL', 'not a url', /DATABASE_URL is not a URL/],
+    ['ANVIL_OWNER_EMAIL', 'nobody', /ANVIL_OWNER_EMAIL is not an e-mail/],
+    ['ANVIL_BOOTSTRAP_API_KEY', 'anv_live_short', /ANVIL_BOOTSTRAP_API_KEY is not a well-formed Anvil key/],
+    ['LOG_LEVEL', 'loud', /LOG_LEVEL must be one of/],
+  ])('refuses %s=%s naming the variable', (name, value, message) => {
+    let thrown: unknown;
+    try {
+      loadConfig({ [name]: value });
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(ConfigError);
+    expect((thrown as ConfigError).variable).toBe(name);
+    expect((thrown as Error).message).toMatch(message);
+  });
+
+  it('refuses a bootstrap key whose checksum is wrong', () => {
+    const key = generateApiKey('live');
+    const broken = key.slice(0, -1) + (key.endsWith('A') ? 'B' : 'A');
+    expect(() => loadConfig({ ANVIL_BOOTSTRAP_API_KEY: broken })).toThrow(/ANVIL_BOOTSTRAP_API_KEY/);
+  });
+});
