@@ -7,8 +7,8 @@ import type { AppContext } from './context.ts';
 import { installAuthentication } from './http/authorize.ts';
 import { installErrorHandling } from './http/error-handler.ts';
 import { installOpenApi } from './http/openapi.ts';
-import { buildValidator } from './http/validation.ts';
 import { requestIdFor } from './http/request-id.ts';
+import { buildValidator } from './http/validation.ts';
 
 export interface BuildAppOptions {
   context: AppContext;

@@ -1,5 +1,5 @@
-import { describe, expect, it } from 'vitest';
 import { generateApiKey } from '@anvil/shared';
+import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from './config.ts';
 
 describe('configuration', () => {

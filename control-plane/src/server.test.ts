@@ -98,7 +98,9 @@ describe('control plane process', () => {
   it('keeps every row across a restart and never creates a second owner key', async () => {
     const { proc, base } = await start();
     expect(proc.stdout()).not.toContain('Owner API key');
-    const list = await fetch(`${base}/v2/auth/api-keys`, { headers: { authorization: `Bearer ${ownerKey}` } });
+    const list = await fetch(`${base}/v2/auth/api-keys`, {
+      headers: { authorization: `Bearer ${ownerKey}` },
+    });
     expect(list.status).toBe(200);
     const keys = (await list.json()) as { api_keys: { name: string }[] };
     expect(keys.api_keys.map((k) => k.name).sort()).toEqual(['Owner bootstrap key', 'in-flight']);
@@ -131,7 +133,9 @@ describe('bootstrap key from the environment', () => {
       await proc.waitForOutput(/control plane listening/);
       expect(proc.stdout()).not.toContain('Owner API key');
       expect(proc.stdout()).not.toContain(key);
-      const verify = await fetch(`http://127.0.0.1:${port}/v2/auth/verify`, { headers: { authorization: `Bearer ${key}` } });
+      const verify = await fetch(`http://127.0.0.1:${port}/v2/auth/verify`, {
+        headers: { authorization: `Bearer ${key}` },
+      });
       expect(verify.status).toBe(200);
     } finally {
       proc.child.kill('SIGTERM');

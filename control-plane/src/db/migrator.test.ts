@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, it } from 'vitest';
 import { newId } from '@anvil/shared';
+import { afterEach, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../testing/index.ts';
 import { Prisma } from './generated/client.ts';
 import { migrate, readMigrations } from './migrator.ts';
@@ -23,14 +23,23 @@ describe('migrator', () => {
     database = await createTestDatabase({ migrated: false });
     await database.db.session((sql) => migrate(sql));
     const edited = readMigrations().map((m, i) => (i === 0 ? { ...m, checksum: 'f'.repeat(64) } : m));
-    await expect(database.db.session((sql) => migrate(sql, edited))).rejects.toThrow(/edited after it was applied/);
+    await expect(database.db.session((sql) => migrate(sql, edited))).rejects.toThrow(
+      /edited after it was applied/,
+    );
   });
 
   it('rolls back a failing migration and records nothing', async () => {
     database = await createTestDatabase({ migrated: false });
-    const broken = [...readMigrations(), { name: '29990101000000_broken', sql: 'CREATE TABLE x (a int); SELECT nope;', checksum: 'x' }];
-    await expect(database.db.session((sql) => migrate(sql, broken))).rejects.toThrow(/29990101000000_broken failed/);
-    const tables = await database.db.sql.query("SELECT 1 FROM information_schema.tables WHERE table_name = 'x'");
+    const broken = [
+      ...readMigrations(),
+      { name: '29990101000000_broken', sql: 'CREATE TABLE x (a int); SELECT nope;', checksum: 'x' },
+    ];
+    await expect(database.db.session((sql) => migrate(sql, broken))).rejects.toThrow(
+      /29990101000000_broken failed/,
+    );
+    const tables = await database.db.sql.query(
+      "SELECT 1 FROM information_schema.tables WHERE table_name = 'x'",
+    );
     expect(tables).toHaveLength(0);
     expect(await database.db.session((sql) => migrate(sql))).toEqual([]);
   });
@@ -49,7 +58,15 @@ describe('migrator', () => {
         return [data, await prisma.account.findUniqueOrThrow({ where: { id: accountId } })];
       },
       User: async () => {
-        const data = { id: userId, accountId, email: 'a@b.c', name: 'A', username: 'a', role: 'admin', status: 'active' };
+        const data = {
+          id: userId,
+          accountId,
+          email: 'a@b.c',
+          name: 'A',
+          username: 'a',
+          role: 'admin',
+          status: 'active',
+        };
         await prisma.user.create({ data });
         return [data, await prisma.user.findUniqueOrThrow({ where: { id: userId } })];
       },
@@ -81,15 +98,36 @@ describe('migrator', () => {
       RateLimitCounter: async () => {
         const data = { bucket: 'acc:read', windowStart: at, count: 7, expiresAt: at };
         await prisma.rateLimitCounter.create({ data });
-        return [data, await prisma.rateLimitCounter.findUniqueOrThrow({ where: { bucket_windowStart: { bucket: 'acc:read', windowStart: at } } })];
+        return [
+          data,
+          await prisma.rateLimitCounter.findUniqueOrThrow({
+            where: { bucket_windowStart: { bucket: 'acc:read', windowStart: at } },
+          }),
+        ];
       },
       RateLimitBoost: async () => {
-        const data = { id: newId('boost'), accountId, multiplier: 2.5, reason: 'launch', startsAt: at, expiresAt: at, createdByKeyId: 'key_z' };
+        const data = {
+          id: newId('boost'),
+          accountId,
+          multiplier: 2.5,
+          reason: 'launch',
+          startsAt: at,
+          expiresAt: at,
+          createdByKeyId: 'key_z',
+        };
         await prisma.rateLimitBoost.create({ data });
         return [data, await prisma.rateLimitBoost.findUniqueOrThrow({ where: { id: data.id } })];
       },
       ApiRequest: async () => {
-        const data = { accountId, keyId: 'key_q', method: 'GET', route: '/v2/auth/verify', statusCode: 200, durationMs: 1.25, createdAt: at };
+        const data = {
+          accountId,
+          keyId: 'key_q',
+          method: 'GET',
+          route: '/v2/auth/verify',
+          statusCode: 200,
+          durationMs: 1.25,
+          createdAt: at,
+        };
         const created = await prisma.apiRequest.create({ data });
         return [data, await prisma.apiRequest.findUniqueOrThrow({ where: { id: created.id } })];
       },

@@ -24,7 +24,12 @@ describe('bad input', () => {
   beforeAll(async () => {
     t = await createTestApp();
     const make = async (body: Record<string, unknown>) => {
-      const res = await t.app.inject({ method: 'POST', url: '/v2/auth/api-keys', headers: t.auth(), payload: body });
+      const res = await t.app.inject({
+        method: 'POST',
+        url: '/v2/auth/api-keys',
+        headers: t.auth(),
+        payload: body,
+      });
       return res.json() as { key: { id: string }; value: string };
     };
     keys['read'] = (await make({ name: 'read', permissions: ['read'], scopes: ['accounts'] })).value;
@@ -32,10 +37,17 @@ describe('bad input', () => {
     await t.app.inject({ method: 'DELETE', url: `/v2/auth/api-keys/${revoked.key.id}`, headers: t.auth() });
     keys['revoked'] = revoked.value;
     const rotated = await make({ name: 'rotated', permissions: ['read'], scopes: ['accounts'] });
-    await t.app.inject({ method: 'POST', url: `/v2/auth/api-keys/${rotated.key.id}/rotate`, headers: t.auth() });
+    await t.app.inject({
+      method: 'POST',
+      url: `/v2/auth/api-keys/${rotated.key.id}/rotate`,
+      headers: t.auth(),
+    });
     keys['rotated'] = rotated.value;
     const expired = await make({ name: 'expired', permissions: ['read'], scopes: ['accounts'] });
-    await t.context.db.prisma.apiKey.update({ where: { id: expired.key.id }, data: { expiresAt: new Date(Date.now() - 1000) } });
+    await t.context.db.prisma.apiKey.update({
+      where: { id: expired.key.id },
+      data: { expiresAt: new Date(Date.now() - 1000) },
+    });
     keys['expired'] = expired.value;
   });
   afterAll(async () => t.close());
@@ -43,27 +55,182 @@ describe('bad input', () => {
   const good = generateApiKey('live');
   const json = { 'content-type': 'application/json' };
   const rows: Row[] = [
-    { name: 'malformed JSON', method: 'POST', headers: json, payload: '{"name": "x", ', status: 400, code: 'VALIDATION_ERROR', field: 'body' },
-    { name: 'wrong type', method: 'POST', headers: json, payload: '{"name":"x","permissions":"read"}', status: 400, code: 'VALIDATION_ERROR', field: 'permissions' },
-    { name: 'missing field', method: 'POST', headers: json, payload: '{"permissions":["read"]}', status: 400, code: 'VALIDATION_ERROR', field: 'name' },
-    { name: 'extra field', method: 'POST', headers: json, payload: '{"name":"x","permissions":["read"],"admin":true}', status: 400, code: 'VALIDATION_ERROR', field: 'admin' },
-    { name: '10 kB string', method: 'POST', headers: json, payload: JSON.stringify({ name: 'x'.repeat(10_240), permissions: ['read'] }), status: 400, code: 'VALIDATION_ERROR', field: 'name' },
-    { name: 'bad date', method: 'POST', headers: json, payload: '{"name":"x","permissions":["read"],"expiresAt":"tomorrow"}', status: 400, code: 'VALIDATION_ERROR', field: 'expiresAt' },
-    { name: 'past expiry', method: 'POST', headers: json, payload: '{"name":"x","permissions":["read"],"expiresAt":"2001-01-01T00:00:00Z"}', status: 400, code: 'VALIDATION_ERROR', field: 'expiresAt' },
-    { name: 'unknown permission', method: 'POST', headers: json, payload: '{"name":"x","permissions":["root"]}', status: 400, code: 'INVALID_PERMISSION' },
-    { name: 'oversized body', method: 'POST', headers: json, payload: JSON.stringify({ name: 'x', permissions: ['read'], description: 'y'.repeat(1_100_000) }), status: 413, code: 'PAYLOAD_TOO_LARGE' },
-    { name: 'not JSON', method: 'POST', headers: { 'content-type': 'text/plain' }, payload: 'name=x', status: 415, code: 'UNSUPPORTED_MEDIA_TYPE' },
-    { name: 'no Authorization', method: 'POST', key: () => null, headers: json, payload: '{"name":"x","permissions":["read"]}', status: 401, code: 'UNAUTHORIZED' },
-    { name: 'Bearer garbage', method: 'POST', key: () => 'garbage', headers: json, payload: '{"name":"x","permissions":["read"]}', status: 401, code: 'UNAUTHORIZED' },
-    { name: 'wrong checksum', method: 'POST', key: () => good.slice(0, -1) + (good.endsWith('a') ? 'b' : 'a'), headers: json, payload: '{"name":"x","permissions":["read"]}', status: 401, code: 'UNAUTHORIZED' },
-    { name: 'expired key', method: 'POST', key: () => keys['expired']!, headers: json, payload: '{"name":"x","permissions":["read"]}', status: 401, code: 'UNAUTHORIZED' },
-    { name: 'revoked key', method: 'POST', key: () => keys['revoked']!, headers: json, payload: '{"name":"x","permissions":["read"]}', status: 401, code: 'UNAUTHORIZED' },
-    { name: 'rotated-out key', method: 'POST', key: () => keys['rotated']!, headers: json, payload: '{"name":"x","permissions":["read"]}', status: 401, code: 'UNAUTHORIZED' },
-    { name: 'read key writing', method: 'POST', key: () => keys['read']!, headers: json, payload: '{"name":"x","permissions":["read"]}', status: 403, code: 'FORBIDDEN' },
-    { name: 'wrong method', method: 'PATCH', headers: json, payload: '{}', status: 405, code: 'METHOD_NOT_ALLOWED' },
+    {
+      name: 'malformed JSON',
+      method: 'POST',
+      headers: json,
+      payload: '{"name": "x", ',
+      status: 400,
+      code: 'VALIDATION_ERROR',
+      field: 'body',
+    },
+    {
+      name: 'wrong type',
+      method: 'POST',
+      headers: json,
+      payload: '{"name":"x","permissions":"read"}',
+      status: 400,
+      code: 'VALIDATION_ERROR',
+      field: 'permissions',
+    },
+    {
+      name: 'missing field',
+      method: 'POST',
+      headers: json,
+      payload: '{"permissions":["read"]}',
+      status: 400,
+      code: 'VALIDATION_ERROR',
+      field: 'name',
+    },
+    {
+      name: 'extra field',
+      method: 'POST',
+      headers: json,
+      payload: '{"name":"x","permissions":["read"],"admin":true}',
+      status: 400,
+      code: 'VALIDATION_ERROR',
+      field: 'admin',
+    },
+    {
+      name: '10 kB string',
+      method: 'POST',
+      headers: json,
+      payload: JSON.stringify({ name: 'x'.repeat(10_240), permissions: ['read'] }),
+      status: 400,
+      code: 'VALIDATION_ERROR',
+      field: 'name',
+    },
+    {
+      name: 'bad date',
+      method: 'POST',
+      headers: json,
+      payload: '{"name":"x","permissions":["read"],"expiresAt":"tomorrow"}',
+      status: 400,
+      code: 'VALIDATION_ERROR',
+      field: 'expiresAt',
+    },
+    {
+      name: 'past expiry',
+      method: 'POST',
+      headers: json,
+      payload: '{"name":"x","permissions":["read"],"expiresAt":"2001-01-01T00:00:00Z"}',
+      status: 400,
+      code: 'VALIDATION_ERROR',
+      field: 'expiresAt',
+    },
+    {
+      name: 'unknown permission',
+      method: 'POST',
+      headers: json,
+      payload: '{"name":"x","permissions":["root"]}',
+      status: 400,
+      code: 'INVALID_PERMISSION',
+    },
+    {
+      name: 'oversized body',
+      method: 'POST',
+      headers: json,
+      payload: JSON.stringify({ name: 'x', permissions: ['read'], description: 'y'.repeat(1_100_000) }),
+      status: 413,
+      code: 'PAYLOAD_TOO_LARGE',
+    },
+    {
+      name: 'not JSON',
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      payload: 'name=x',
+      status: 415,
+      code: 'UNSUPPORTED_MEDIA_TYPE',
+    },
+    {
+      name: 'no Authorization',
+      method: 'POST',
+      key: () => null,
+      headers: json,
+      payload: '{"name":"x","permissions":["read"]}',
+      status: 401,
+      code: 'UNAUTHORIZED',
+    },
+    {
+      name: 'Bearer garbage',
+      method: 'POST',
+      key: () => 'garbage',
+      headers: json,
+      payload: '{"name":"x","permissions":["read"]}',
+      status: 401,
+      code: 'UNAUTHORIZED',
+    },
+    {
+      name: 'wrong checksum',
+      method: 'POST',
+      key: () => good.slice(0, -1) + (good.endsWith('a') ? 'b' : 'a'),
+      headers: json,
+      payload: '{"name":"x","permissions":["read"]}',
+      status: 401,
+      code: 'UNAUTHORIZED',
+    },
+    {
+      name: 'expired key',
+      method: 'POST',
+      key: () => keys['expired']!,
+      headers: json,
+      payload: '{"name":"x","permissions":["read"]}',
+      status: 401,
+      code: 'UNAUTHORIZED',
+    },
+    {
+      name: 'revoked key',
+      method: 'POST',
+      key: () => keys['revoked']!,
+      headers: json,
+      payload: '{"name":"x","permissions":["read"]}',
+      status: 401,
+      code: 'UNAUTHORIZED',
+    },
+    {
+      name: 'rotated-out key',
+      method: 'POST',
+      key: () => keys['rotated']!,
+      headers: json,
+      payload: '{"name":"x","permissions":["read"]}',
+      status: 401,
+      code: 'UNAUTHORIZED',
+    },
+    {
+      name: 'read key writing',
+      method: 'POST',
+      key: () => keys['read']!,
+      headers: json,
+      payload: '{"name":"x","permissions":["read"]}',
+      status: 403,
+      code: 'FORBIDDEN',
+    },
+    {
+      name: 'wrong method',
+      method: 'PATCH',
+      headers: json,
+      payload: '{}',
+      status: 405,
+      code: 'METHOD_NOT_ALLOWED',
+    },
     { name: 'unknown route', method: 'GET', url: '/v2/nothing-here', status: 404, code: 'NOT_FOUND' },
-    { name: 'revoke unknown key', method: 'DELETE', url: '/v2/auth/api-keys/key_unknown', status: 404, code: 'API_KEY_NOT_FOUND' },
-    { name: 'negative grace period', method: 'POST', url: '/v2/auth/api-keys/key_x/rotate', headers: json, payload: '{"grace_period_seconds":-5}', status: 400, code: 'VALIDATION_ERROR', field: 'grace_period_seconds' },
+    {
+      name: 'revoke unknown key',
+      method: 'DELETE',
+      url: '/v2/auth/api-keys/key_unknown',
+      status: 404,
+      code: 'API_KEY_NOT_FOUND',
+    },
+    {
+      name: 'negative grace period',
+      method: 'POST',
+      url: '/v2/auth/api-keys/key_x/rotate',
+      headers: json,
+      payload: '{"grace_period_seconds":-5}',
+      status: 400,
+      code: 'VALIDATION_ERROR',
+      field: 'grace_period_seconds',
+    },
   ];
 
   async function snapshot() {
@@ -97,7 +264,11 @@ describe('bad input', () => {
   });
 
   it('answers /v1 routes in the wrapped shape with meta.request_id', async () => {
-    const res = await t.app.inject({ method: 'GET', url: '/v1/clusters/nope/nothing', headers: { 'x-request-id': 'abc-1' } });
+    const res = await t.app.inject({
+      method: 'GET',
+      url: '/v1/clusters/nope/nothing',
+      headers: { 'x-request-id': 'abc-1' },
+    });
     expect(res.statusCode).toBe(404);
     expect(res.json()).toEqual({
       success: false,

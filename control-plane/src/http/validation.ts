@@ -8,7 +8,9 @@ import type { FastifySchema, FastifySchemaCompiler } from 'fastify';
  * silently turned into `["read"]`. Unknown fields are refused, never stripped.
  * Passed to fastify as `schemaController.compilersFactory.buildValidator`.
  */
-export function buildValidator(externalSchemas: Record<string, unknown>): FastifySchemaCompiler<FastifySchema> {
+export function buildValidator(
+  externalSchemas: Record<string, unknown>,
+): FastifySchemaCompiler<FastifySchema> {
   const base: Options = { removeAdditional: false, useDefaults: true, allErrors: false, strict: false };
   const coercing = addFormats.default(new Ajv({ ...base, coerceTypes: 'array' }));
   const exact = addFormats.default(new Ajv({ ...base, coerceTypes: false }));

@@ -60,7 +60,11 @@ export function spawnControlPlane(env: Record<string, string>): ControlPlaneProc
         };
         const timer = setTimeout(() => {
           done();
-          reject(new Error(`timed out waiting for ${pattern}; stdout: ${out.slice(-2000)} stderr: ${err.slice(-2000)}`));
+          reject(
+            new Error(
+              `timed out waiting for ${pattern}; stdout: ${out.slice(-2000)} stderr: ${err.slice(-2000)}`,
+            ),
+          );
         }, timeoutMs);
         const onExit = () => {
           done();
