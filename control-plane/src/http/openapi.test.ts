@@ -1,0 +1,56 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestApp, type TestApp } from '../testing/index.ts';
+
+describe('OpenAPI document and docs UI', () => {
+  let t: TestApp;
+
+  beforeAll(async () => {
+    t = await createTestApp();
+  });
+  afterAll(async () => t.close());
+
+  it('serves an OpenAPI 3.1 document without authentication', async () => {
+    const res = await t.app.inject({ url: '/openapi.json' });
+    expect(res.statusCode).toBe(200);
+    const doc = res.json();
+    expect(doc.openapi).toBe('3.1.0');
+    expect(doc.components.securitySchemes.bearer).toMatchObject({ type: 'http', scheme: 'bearer' });
+    expect(doc.info.description).toContain('required_permission');
+  });
+
+  it('documents every API route with its success and error responses', async () => {
+    const doc = (await t.app.inject({ url: '/openapi.json' })).json();
+    const expected = [
+      ['post', '/v2/auth/api-keys'],
+      ['get', '/v2/auth/api-keys'],
+      ['delete', '/v2/auth/api-keys/{key_id}'],
+      ['post', '/v2/auth/api-keys/{key_id}/rotate'],
+      ['get', '/v2/auth/verify'],
+      ['get', '/healthz'],
+      ['get', '/readyz'],
+    ] as const;
+    for (const [method, path] of expected) {
+      const operation = doc.paths[path]?.[method];
+      expect(operation, `${method.toUpperCase()} ${path}`).toBeDefined();
+      const statuses = Object.keys(operation.responses);
+      expect(
+        statuses.some((s) => s.startsWith('2')),
+        `${path} has a 2xx response`,
+      ).toBe(true);
+    }
+    for (const [path, item] of Object.entries<Record<string, { responses: Record<string, unknown> }>>(
+      doc.paths,
+    )) {
+      if (!path.startsWith('/v')) continue;
+      for (const [method, operation] of Object.entries(item)) {
+        expect(Object.keys(operation.responses), `${method} ${path} documents 401`).toContain('401');
+      }
+    }
+  });
+
+  it('serves the docs UI', async () => {
+    const res = await t.app.inject({ url: '/docs/' });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers['content-type']).toContain('text/html');
+  });
+});
