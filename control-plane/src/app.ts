@@ -1,13 +1,21 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, LogController } from 'fastify';
 import type { Logger } from 'pino';
+import { accountRoutes } from './api/accounts/index.ts';
+import { adminHostRoutes } from './api/admin/hosts.routes.ts';
+import { installHttpMetrics, metricsRoutes } from './api/admin/metrics.routes.ts';
+import { analyticsRoutes } from './api/analytics/routes.ts';
 import { apiKeyRoutes } from './api/auth/api-keys.routes.ts';
+import { rateLimitRoutes } from './api/auth/rate-limits.routes.ts';
 import { healthRoutes } from './api/health/routes.ts';
 import type { AppContext } from './context.ts';
-import { installAuthentication } from './http/authorize.ts';
+import { installActivityTracking } from './http/activity.ts';
+import { installAuthentication, installAuthorization } from './http/authorize.ts';
 import { installErrorHandling } from './http/error-handler.ts';
 import { installOpenApi } from './http/openapi.ts';
+import { installRateLimiting } from './http/rate-limit.ts';
 import { requestIdFor } from './http/request-id.ts';
+import { installRequestLog } from './http/request-log.ts';
 import { buildValidator } from './http/validation.ts';
 
 export interface BuildAppOptions {
@@ -20,7 +28,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,
     genReqId: requestIdFor,
-    requestIdLogLabel: 'request_id',
+    logController: new LogController({ requestIdLogLabel: 'request_id' }),
     bodyLimit: context.config.bodyLimitBytes,
     // Explicit timeouts: a slow or stuck client cannot hold a socket forever.
     connectionTimeout: 0,
@@ -43,11 +51,25 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   // Only JSON (and, where a route adds it, multipart) bodies are accepted: anything else is 415.
   app.removeContentTypeParser('text/plain');
   installErrorHandling(app);
+  // onRequest order: key (401), then rate limit (429, headers on everything after), then permissions (403).
   installAuthentication(app, context.keys);
+  installRateLimiting(app, context.rateLimits);
+  installAuthorization(app);
+  installRequestLog(app, context.requestLog, context.clock);
+  installActivityTracking(app, context.accounts.activity);
+  installHttpMetrics(app, context.fleet.metrics);
+  // Agents connect over WebSocket on the same server (AGENT_CONNECT_PATH); their sockets close first on shutdown.
+  context.fleet.agents.attach(app.server);
+  app.addHook('preClose', () => context.fleet.agents.closeAll());
   await installOpenApi(app);
 
   await app.register(healthRoutes, { context });
   await app.register(apiKeyRoutes, { context });
+  await app.register(accountRoutes, { context });
+  await app.register(rateLimitRoutes, { context });
+  await app.register(analyticsRoutes, { context });
+  await app.register(adminHostRoutes, { context });
+  await app.register(metricsRoutes, { context });
 
   return app;
 }

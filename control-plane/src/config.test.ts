@@ -58,4 +58,43 @@ describe('configuration', () => {
     const broken = key.slice(0, -1) + (key.endsWith('A') ? 'B' : 'A');
     expect(() => loadConfig({ ANVIL_BOOTSTRAP_API_KEY: broken })).toThrow(/ANVIL_BOOTSTRAP_API_KEY/);
   });
+
+  it('reads the accounts variables (public URL, secret keys, SMTP, outbound policy)', () => {
+    const key = 'ab'.repeat(32);
+    const config = loadConfig({
+      PORT: '9000',
+      ANVIL_SECRET_KEY: key,
+      ANVIL_SECRET_KEY_PREVIOUS: `${'cd'.repeat(32)},${Buffer.alloc(32, 7).toString('base64')}`,
+      ANVIL_SMTP_URL: 'smtp://user:pass@mail.example.com:587',
+      ANVIL_SMTP_FROM: 'Ops <ops@example.com>',
+      ANVIL_OUTBOUND_ALLOW_PRIVATE: 'true',
+      ANVIL_PUBLIC_URL: 'https://anvil.example.com/',
+    });
+    expect(config.secretKey).toEqual(Buffer.from(key, 'hex'));
+    expect(config.previousSecretKeys).toHaveLength(2);
+    expect(config).toMatchObject({
+      smtpUrl: 'smtp://user:pass@mail.example.com:587',
+      smtpFrom: 'Ops <ops@example.com>',
+      outboundAllowPrivate: true,
+      publicUrl: 'https://anvil.example.com',
+    });
+    const defaults = loadConfig({ PORT: '9000' });
+    expect(defaults).toMatchObject({
+      secretKey: null,
+      previousSecretKeys: [],
+      smtpUrl: null,
+      outboundAllowPrivate: false,
+      publicUrl: 'http://localhost:9000',
+    });
+  });
+
+  it.each([
+    ['ANVIL_SECRET_KEY', 'too-short', /ANVIL_SECRET_KEY must be 32 bytes/],
+    ['ANVIL_SECRET_KEY_PREVIOUS', 'nope', /ANVIL_SECRET_KEY_PREVIOUS must be a comma-separated list/],
+    ['ANVIL_SMTP_URL', 'http://mail.example.com', /ANVIL_SMTP_URL must be smtp/],
+    ['ANVIL_OUTBOUND_ALLOW_PRIVATE', 'sometimes', /ANVIL_OUTBOUND_ALLOW_PRIVATE must be true or false/],
+    ['ANVIL_PUBLIC_URL', 'ftp://x', /ANVIL_PUBLIC_URL must be an http/],
+  ])('refuses %s=%s naming the variable', (name, value, message) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(message);
+  });
 });

@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { isWellFormedApiKey } from '@anvil/shared';
+import { parseSecretKey } from './crypto/secret-box.ts';
 
 /** Everything the control plane reads from its environment, validated once at start-up. */
 export interface Config {
@@ -14,6 +15,27 @@ export interface Config {
   bodyLimitBytes: number;
   /** How long graceful shutdown waits for in-flight requests before closing connections. */
   shutdownTimeoutMs: number;
+  /** Base URL clients reach this server at: invitation links and avatar URLs are built from it. */
+  publicUrl: string;
+  /** AES-256-GCM key sealing stored secrets (null: a generated key in <dataDir>/secret.key). */
+  secretKey: Buffer | null;
+  /** Keys a previous ANVIL_SECRET_KEY sealed values with: still opened, re-sealed under the current key. */
+  previousSecretKeys: Buffer[];
+  /** SMTP server for e-mail notifications and invitations (smtp:// or smtps://); null: no e-mail. */
+  smtpUrl: string | null;
+  smtpFrom: string;
+  /** Lets notification webhooks reach loopback and private addresses (off: they are refused). */
+  outboundAllowPrivate: boolean;
+  /** Agents' heartbeat interval, sent to them in welcome. */
+  heartbeatSeconds: number;
+  /** A host without a heartbeat for this long is unreachable (its workloads are marked, never stopped). */
+  hostGraceSeconds: number;
+  /** Agents' metric sampling interval, sent to them in welcome. */
+  metricsSeconds: number;
+  /** Bearer token of the Prometheus endpoint /metrics; null: /metrics does not exist (404). */
+  metricsToken: string | null;
+  /** `npm start` also runs an agent for this machine (ANVIL_LOCAL_AGENT=0 turns it off). */
+  localAgent: boolean;
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -75,8 +97,81 @@ export function loadConfig(env: Env = process.env): Config {
     throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
   }
 
+  const port = integer(env, 'PORT', 8080, 0, 65535);
+  const publicUrl = (env['ANVIL_PUBLIC_URL'] || `http://localhost:${port}`).replace(/\/+$/, '');
+  try {
+    const url = new URL(publicUrl);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('protocol');
+  } catch {
+    throw new ConfigError('ANVIL_PUBLIC_URL', `must be an http(s) URL, got "${publicUrl}"`);
+  }
+
+  const secretKeyText = env['ANVIL_SECRET_KEY'] || null;
+  const secretKey = secretKeyText === null ? null : parseSecretKey(secretKeyText);
+  if (secretKeyText !== null && secretKey === null) {
+    throw new ConfigError('ANVIL_SECRET_KEY', 'must be 32 bytes written as 64 hex characters or base64');
+  }
+  const previousSecretKeys = (env['ANVIL_SECRET_KEY_PREVIOUS'] || '')
+    .split(',')
+    .filter((part) => part.trim() !== '')
+    .map((part) => {
+      const key = parseSecretKey(part);
+      if (!key) {
+        throw new ConfigError(
+          'ANVIL_SECRET_KEY_PREVIOUS',
+          'must be a comma-separated list of 32-byte keys (64 hex characters or base64)',
+        );
+      }
+      return key;
+    });
+
+  const smtpUrl = env['ANVIL_SMTP_URL'] || null;
+  if (smtpUrl !== null) {
+    let protocol = '';
+    try {
+      protocol = new URL(smtpUrl).protocol;
+    } catch {
+      // reported below
+    }
+    if (protocol !== 'smtp:' && protocol !== 'smtps:') {
+      throw new ConfigError('ANVIL_SMTP_URL', 'must be smtp://[user:pass@]host[:port] or smtps://...');
+    }
+  }
+  const smtpFrom = env['ANVIL_SMTP_FROM'] || 'Anvil <anvil@localhost>';
+
+  const allowPrivate = (env['ANVIL_OUTBOUND_ALLOW_PRIVATE'] || 'false').toLowerCase();
+  if (allowPrivate !== 'true' && allowPrivate !== 'false') {
+    throw new ConfigError('ANVIL_OUTBOUND_ALLOW_PRIVATE', `must be true or false, got "${allowPrivate}"`);
+  }
+
+  const heartbeatSeconds = integer(env, 'ANVIL_HEARTBEAT_SECONDS', 10, 1, 3600);
+  const hostGraceSeconds = integer(
+    env,
+    'ANVIL_HOST_GRACE_SECONDS',
+    Math.max(40, heartbeatSeconds * 4),
+    1,
+    86_400,
+  );
+  if (hostGraceSeconds <= heartbeatSeconds) {
+    throw new ConfigError(
+      'ANVIL_HOST_GRACE_SECONDS',
+      `must be longer than ANVIL_HEARTBEAT_SECONDS (${heartbeatSeconds}), got ${hostGraceSeconds}`,
+    );
+  }
+  const metricsToken = env['ANVIL_METRICS_TOKEN'] || null;
+  if (metricsToken !== null && !/^[\x21-\x7e]{16,256}$/.test(metricsToken)) {
+    throw new ConfigError(
+      'ANVIL_METRICS_TOKEN',
+      'must be 16-256 printable characters without spaces (e.g. openssl rand -hex 32)',
+    );
+  }
+  const localAgentText = (env['ANVIL_LOCAL_AGENT'] || '1').toLowerCase();
+  if (!['0', '1', 'true', 'false'].includes(localAgentText)) {
+    throw new ConfigError('ANVIL_LOCAL_AGENT', `must be 1 or 0 (true or false), got "${localAgentText}"`);
+  }
+
   return {
-    port: integer(env, 'PORT', 8080, 0, 65535),
+    port,
     host: env['ANVIL_HOST'] || '0.0.0.0',
     dataDir: resolve(env['ANVIL_DATA_DIR'] || './data'),
     databaseUrl,
@@ -85,5 +180,16 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel,
     bodyLimitBytes: integer(env, 'ANVIL_BODY_LIMIT_BYTES', 1_048_576, 1024, 1_073_741_824),
     shutdownTimeoutMs: integer(env, 'ANVIL_SHUTDOWN_TIMEOUT_MS', 10_000, 0, 600_000),
+    publicUrl,
+    secretKey,
+    previousSecretKeys,
+    smtpUrl,
+    smtpFrom,
+    outboundAllowPrivate: allowPrivate === 'true',
+    heartbeatSeconds,
+    hostGraceSeconds,
+    metricsSeconds: integer(env, 'ANVIL_METRICS_SECONDS', 15, 1, 3600),
+    metricsToken,
+    localAgent: localAgentText === '1' || localAgentText === 'true',
   };
 }

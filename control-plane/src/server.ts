@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { type LocalAgent, startLocalAgent } from './agents/local-agent.ts';
 import { buildApp } from './app.ts';
 import { bootstrapOwner } from './auth/bootstrap.ts';
 import type { Config } from './config.ts';
@@ -33,11 +34,29 @@ export async function startServer(
     }
   }
 
-  const context = createContext(config, db);
+  const context = createContext(config, db, undefined, logger);
+  const secretKey = context.accounts.secretKeySource();
+  if (secretKey.source !== 'config') {
+    logger.warn(
+      { path: secretKey.path, generated: secretKey.source === 'generated' },
+      'ANVIL_SECRET_KEY is not set: stored secrets are sealed with the key in this file. Set ANVIL_SECRET_KEY ' +
+        '(32 bytes, hex or base64) in production, the same on every replica.',
+    );
+  }
   await context.start();
   const app = await buildApp({ context, logger });
   const url = await app.listen({ port: config.port, host: config.host });
   logger.info({ url }, 'control plane listening');
+  const localAgent: LocalAgent | null = config.localAgent
+    ? await startLocalAgent({
+        dataDir: config.dataDir,
+        logLevel: config.logLevel,
+        joinTokens: context.fleet.joinTokens,
+        address: app.server.address(),
+        logger: logger.child({ component: 'local-agent' }),
+        out,
+      })
+    : null;
 
   let closing: Promise<void> | null = null;
   return {
@@ -47,6 +66,8 @@ export async function startServer(
     close() {
       closing ??= (async () => {
         context.ready = false;
+        // The local agent goes first, so it says goodbye on a connection that is still served.
+        await localAgent?.stop();
         const force = setTimeout(() => app.server.closeAllConnections(), config.shutdownTimeoutMs);
         force.unref();
         await app.close();

@@ -166,12 +166,66 @@ function assertNoEscalation(
   }
 }
 
+/**
+ * Member-level rules on keys, supplied by the accounts domain (accounts/key-policy.ts): how many keys a
+ * member may hold, and who sees and manages whose keys.
+ */
+export interface KeyPolicy {
+  /** Throws when the caller may not create one more key (role maxApiKeys, settings max_api_keys). */
+  beforeCreate(caller: Principal): Promise<void>;
+  /** True when the caller sees every key of the account, not only its own. */
+  seesAllKeys(caller: Principal): Promise<boolean>;
+  /** Throws when the caller may not revoke or rotate a key of `ownerUserId`. */
+  assertCanManage(caller: Principal, ownerUserId: string): Promise<void>;
+}
+
+export interface IssueKeyInput {
+  accountId: string;
+  userId: string;
+  name: string;
+  description?: string | null | undefined;
+  permissions: KeyPermission[];
+  scopes: KeyScope[];
+  environment: ApiKeyEnvironment;
+  createdById: string | null;
+}
+
 export class ApiKeyService {
+  private policy: KeyPolicy | null = null;
+
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
     private readonly resolver: KeyResolver,
   ) {}
+
+  setPolicy(policy: KeyPolicy): void {
+    this.policy = policy;
+  }
+
+  /** A key for a member, made by the system rather than by another key (invitation acceptance). */
+  async issue(input: IssueKeyInput): Promise<{ key: KeyView; value: string }> {
+    const value = generateApiKey(input.environment);
+    const now = this.clock.now();
+    const row = await this.db.prisma.apiKey.create({
+      data: {
+        id: newId('key'),
+        accountId: input.accountId,
+        userId: input.userId,
+        name: input.name,
+        description: input.description ?? null,
+        type: input.permissions.includes('write') ? 'read_write' : 'read',
+        environment: input.environment,
+        permissions: input.permissions,
+        scopes: input.scopes,
+        displayPrefix: displayPrefix(value),
+        hash: hashApiKey(value),
+        createdById: input.createdById,
+        createdAt: now,
+      },
+    });
+    return { key: viewKey(row, now), value };
+  }
 
   async create(caller: Principal, input: CreateKeyInput): Promise<{ key: KeyView; value: string }> {
     const permissions = validatePermissions(input.permissions);
@@ -190,6 +244,7 @@ export class ApiKeyService {
       }
     }
     assertNoEscalation(caller, permissions, scopes, type, environment);
+    await this.policy?.beforeCreate(caller);
     // A key never outlives the key that made it: otherwise an expiring key could extend its own life.
     if (caller.expiresAt && (!expiresAt || expiresAt > caller.expiresAt)) expiresAt = caller.expiresAt;
 
@@ -217,8 +272,9 @@ export class ApiKeyService {
 
   async list(caller: Principal): Promise<KeyView[]> {
     await this.resolver.flushLastUsed();
+    const all = this.policy ? await this.policy.seesAllKeys(caller) : true;
     const rows = await this.db.prisma.apiKey.findMany({
-      where: { accountId: caller.accountId },
+      where: { accountId: caller.accountId, ...(all ? {} : { userId: caller.userId }) },
       orderBy: { createdAt: 'desc' },
     });
     const now = this.clock.now();
@@ -228,6 +284,7 @@ export class ApiKeyService {
   private async find(caller: Principal, keyId: string): Promise<ApiKey> {
     const row = await this.db.prisma.apiKey.findFirst({ where: { id: keyId, accountId: caller.accountId } });
     if (!row) throw new ApiError('API_KEY_NOT_FOUND', `no API key ${keyId} in this account`, { keyId });
+    if (row.userId !== caller.userId) await this.policy?.assertCanManage(caller, row.userId);
     return row;
   }
 

@@ -10,7 +10,8 @@ export interface BootstrapResult {
 }
 
 /**
- * On an empty database, creates the owner account, the owner user and an owner key with every
+ * On an empty database, creates the owner account (the operators' account), the owner user and an
+ * owner key with every
  * permission and scope. Later starts find the owner and create nothing. The check and the inserts run
  * in one transaction under an advisory lock, so two replicas starting together make one owner.
  */
@@ -26,7 +27,8 @@ export async function bootstrapOwner(
     const accountId = newId('acc');
     const userId = newId('usr');
     const value = options.bootstrapApiKey ?? generateApiKey('live');
-    await tx.account.create({ data: { id: accountId, name: 'Default', tier: 'enterprise' } });
+    // The bootstrap owner's account is the operators' account: its owners and admins run the fleet.
+    await tx.account.create({ data: { id: accountId, name: 'Default', tier: 'enterprise', operator: true } });
     await tx.user.create({
       data: {
         id: userId,

@@ -66,6 +66,22 @@ describe('migrator', () => {
           username: 'a',
           role: 'admin',
           status: 'active',
+          bio: 'b',
+          location: 'l',
+          website: 'https://a.example',
+          twitter: 'tw',
+          github: 'gh',
+          avatarFile: 'usr_a-0123456789abcdef.png',
+          verified: true,
+          preferences: { timezone: 'Europe/Berlin', theme: 'dark' },
+          department: 'ml',
+          title: 'engineer',
+          customPermissions: ['execute'],
+          invitedById: 'usr_inviter',
+          joinedAt: at,
+          lastActiveAt: at,
+          suspendedAt: at,
+          removedAt: at,
         };
         await prisma.user.create({ data });
         return [data, await prisma.user.findUniqueOrThrow({ where: { id: userId } })];
@@ -130,6 +146,276 @@ describe('migrator', () => {
         };
         const created = await prisma.apiRequest.create({ data });
         return [data, await prisma.apiRequest.findUniqueOrThrow({ where: { id: created.id } })];
+      },
+      // Host fleet (issue 3).
+      HostJoinToken: async () => {
+        const data = {
+          id: 'jt_fixture',
+          description: 'rack 4',
+          hash: 'j'.repeat(64),
+          displayPrefix: 'anvjt_abcd',
+          region: 'eu-west',
+          maxUses: 5,
+          useCount: 2,
+          expiresAt: at,
+          revokedAt: at,
+          lastUsedAt: at,
+          createdByUserId: userId,
+          createdByKeyId: 'key_y',
+          createdAt: at,
+        };
+        await prisma.hostJoinToken.create({ data });
+        return [data, await prisma.hostJoinToken.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      Host: async () => {
+        const data = {
+          id: 'host_fixture',
+          name: 'gpu-01',
+          hostname: 'gpu-01.internal',
+          state: 'unreachable',
+          cordoned: true,
+          cordonedAt: at,
+          cordonReason: 'maintenance',
+          region: 'eu-west',
+          credentialHash: 'c'.repeat(64),
+          agentVersion: '0.1.0',
+          protocolVersion: 1,
+          inventory: { gpus: { simulated: true, devices: [{ index: 0, name: 'H100' }] } },
+          simulated: true,
+          gpuCount: 1,
+          lastHeartbeatAt: at,
+          unreachableSince: at,
+          connectedReplicaId: 'cp_x',
+          connectionId: 'conn-1',
+          connectedAt: at,
+          disconnectedAt: at,
+          desiredGeneration: 7,
+          ackedGeneration: 6,
+          joinTokenId: 'jt_fixture',
+          deletedAt: at,
+          createdAt: at,
+        };
+        await prisma.host.create({ data });
+        const operator = await prisma.account.update({ where: { id: accountId }, data: { operator: true } });
+        expect(operator.operator).toBe(true);
+        return [data, await prisma.host.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      Workload: async () => {
+        const data = {
+          id: 'wl_fixture',
+          hostId: 'host_fixture',
+          kind: 'cluster',
+          ownerAccountId: accountId,
+          spec: { workloadId: 'wl_fixture', image: 'busybox', env: { A: 'b' } },
+          desired: 'stopped',
+          phase: 'exited',
+          actualStatus: { phase: 'exited', exitCode: 3 },
+          actualAt: at,
+          pullProgress: { image: 'busybox', done: true },
+          hostUnreachable: true,
+          generation: 7,
+          createdAt: at,
+        };
+        await prisma.workload.create({ data });
+        return [data, await prisma.workload.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      MetricSample: async () => {
+        const data = {
+          hostId: 'host_fixture',
+          kind: 'gpu',
+          series: 'GPU-1',
+          at,
+          data: { utilizationPercent: 97.5, 'net:eth0:rxBytes': 1e12 },
+          info: { processes: [{ pid: 1, usedMemoryBytes: 5 }] },
+          receivedAt: at,
+        };
+        const created = await prisma.metricSample.create({ data });
+        return [data, await prisma.metricSample.findUniqueOrThrow({ where: { id: created.id } })];
+      },
+      MetricRollup: async () => {
+        const data = {
+          hostId: 'host_fixture',
+          kind: 'host',
+          series: '',
+          bucket: at,
+          samples: 4,
+          data: { cpuPercent: { avg: 1.5, min: 1, max: 2, last: 2 } },
+          computedAt: at,
+        };
+        await prisma.metricRollup.create({ data });
+        const key = { hostId: 'host_fixture', kind: 'host', series: '', bucket: at };
+        return [
+          data,
+          await prisma.metricRollup.findUniqueOrThrow({ where: { hostId_kind_series_bucket: key } }),
+        ];
+      },
+      LogEntry: async () => {
+        const data = {
+          hostId: 'host_fixture',
+          workloadId: 'wl_fixture',
+          containerId: 'c0ffee',
+          stream: 'stderr',
+          ts: '2026-01-02T03:04:05.678901234Z',
+          at,
+          line: 'héllo \t wörld',
+          receivedAt: at,
+        };
+        const created = await prisma.logEntry.create({ data });
+        return [data, await prisma.logEntry.findUniqueOrThrow({ where: { seq: created.seq } })];
+      },
+      LogLoss: async () => {
+        const data = {
+          hostId: 'host_fixture',
+          workloadId: 'wl_fixture',
+          containerId: 'c0ffee',
+          lines: 12,
+          bytes: 5_000_000_000n,
+          firstTs: '2026-01-02T03:04:05.000000000Z',
+          lastTs: '2026-01-02T03:04:06.000000000Z',
+          receivedAt: at,
+        };
+        const created = await prisma.logLoss.create({ data });
+        return [data, await prisma.logLoss.findUniqueOrThrow({ where: { id: created.id } })];
+      },
+      // Accounts: roles and permissions, team, settings (issue 6).
+      CustomRole: async () => {
+        const data = {
+          accountId,
+          id: 'role_custom_ml',
+          name: 'ml',
+          displayName: 'ML',
+          description: 'd',
+          permissions: ['read', 'execute'],
+          scopes: ['clusters'],
+          limitations: { maxClusters: 2, maxApiKeys: 3 },
+          inherits: ['viewer'],
+          assignable: false,
+          createdById: userId,
+          createdAt: at,
+          updatedAt: at,
+        };
+        await prisma.customRole.create({ data });
+        return [
+          data,
+          await prisma.customRole.findUniqueOrThrow({
+            where: { accountId_id: { accountId, id: 'role_custom_ml' } },
+          }),
+        ];
+      },
+      PermissionGrant: async () => {
+        const data = {
+          id: newId('grant'),
+          accountId,
+          userId,
+          permissions: ['write'],
+          scopes: ['clusters'],
+          resources: ['cluster_a'],
+          reason: 'r',
+          expiresAt: at,
+          status: 'revoked',
+          grantedById: 'usr_g',
+          grantedAt: at,
+          revokedById: 'usr_r',
+          revokedAt: at,
+        };
+        await prisma.permissionGrant.create({ data });
+        return [data, await prisma.permissionGrant.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      ResourceShare: async () => {
+        const data = {
+          id: newId('share'),
+          accountId,
+          resourceId: 'cluster_a',
+          userId,
+          permissions: ['read', 'execute'],
+          message: 'm',
+          expiresAt: at,
+          status: 'revoked',
+          sharedById: 'usr_s',
+          sharedAt: at,
+          revokedById: 'usr_r',
+          revokedAt: at,
+        };
+        await prisma.resourceShare.create({ data });
+        return [data, await prisma.resourceShare.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      Resource: async () => {
+        const data = {
+          id: 'cluster_a',
+          accountId,
+          type: 'cluster',
+          name: 'train-1',
+          ownerId: userId,
+          createdAt: at,
+          deletedAt: at,
+        };
+        await prisma.resource.create({ data });
+        return [data, await prisma.resource.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      Invitation: async () => {
+        const data = {
+          id: newId('inv'),
+          accountId,
+          email: 'new@b.c',
+          role: 'developer',
+          permissions: ['execute'],
+          department: 'ml',
+          title: 't',
+          message: 'welcome',
+          tokenHash: 't'.repeat(64),
+          status: 'accepted',
+          expiresAt: at,
+          invitedById: userId,
+          createdAt: at,
+          resentAt: at,
+          cancelledAt: at,
+          acceptedAt: at,
+          acceptedUserId: 'usr_new',
+        };
+        await prisma.invitation.create({ data });
+        return [data, await prisma.invitation.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      AuditEvent: async () => {
+        const data = {
+          id: newId('audit'),
+          accountId,
+          type: 'access_denied',
+          action: 'execute_attempt',
+          actorId: userId,
+          actorName: 'A',
+          actorIp: '203.0.113.9',
+          targetUserId: 'usr_t',
+          targetName: 'T',
+          resourceType: 'cluster',
+          resourceId: 'cluster_a',
+          resourceName: 'train-1',
+          details: { requiredPermission: 'execute', userRole: 'viewer' },
+          createdAt: at,
+        };
+        await prisma.auditEvent.create({ data });
+        return [data, await prisma.auditEvent.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      ActivityEvent: async () => {
+        const data = {
+          accountId,
+          userId,
+          kind: 'resource_created',
+          resourceType: 'cluster',
+          resourceId: 'cluster_a',
+          createdAt: at,
+        };
+        const created = await prisma.activityEvent.create({ data });
+        return [data, await prisma.activityEvent.findUniqueOrThrow({ where: { id: created.id } })];
+      },
+      AccountSettings: async () => {
+        const data = {
+          accountId,
+          data: { billing: { currency: 'EUR' }, notifications: { webhook: { secret: 'v1.x' } } },
+          updatedAt: at,
+          updatedById: userId,
+        };
+        await prisma.accountSettings.create({ data });
+        return [data, await prisma.accountSettings.findUniqueOrThrow({ where: { accountId } })];
       },
     };
     const models = Object.values(Prisma.ModelName).sort();

@@ -55,6 +55,11 @@ export function authorize(
   }
 }
 
+/**
+ * Resolves the API key of every non-public route into `request.principal` (401 when it cannot). Hooks
+ * registered between this and installAuthorization (rate limiting) see the principal before permissions
+ * are checked, so a 403 is still an authenticated response.
+ */
 export function installAuthentication(app: FastifyInstance, keys: KeyResolver): void {
   app.decorateRequest('principal', null);
   app.addHook('onRoute', (route) => {
@@ -67,6 +72,14 @@ export function installAuthentication(app: FastifyInstance, keys: KeyResolver): 
     const config = request.routeOptions.config;
     if (config.public || config.scope === undefined) return;
     request.principal = await keys.resolve(request.headers.authorization);
+  });
+}
+
+/** Checks the resolved key against the route's permission, scope and service marking (403). */
+export function installAuthorization(app: FastifyInstance): void {
+  app.addHook('onRequest', async (request) => {
+    const config = request.routeOptions.config;
+    if (!request.principal || config.scope === undefined) return;
     authorize(request.principal, request.method, config.scope, config.service === true);
   });
 }

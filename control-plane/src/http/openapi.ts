@@ -1,7 +1,9 @@
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
+import { ACCESS_CONTROL_DESCRIPTION } from '../auth/access.ts';
 import { FlatError, WrappedError } from './error-body.ts';
+import { RATE_LIMITS_DESCRIPTION } from './rate-limit.ts';
 
 const DESCRIPTION = `Anvil: a self-hosted GPU cloud.
 
@@ -35,7 +37,11 @@ export async function installOpenApi(app: FastifyInstance): Promise<void> {
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
-      info: { title: 'Anvil API', version: '0.1.0', description: DESCRIPTION },
+      info: {
+        title: 'Anvil API',
+        version: '0.1.0',
+        description: `${DESCRIPTION}\n\n${RATE_LIMITS_DESCRIPTION}\n\n${ACCESS_CONTROL_DESCRIPTION}`,
+      },
       components: {
         securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'Anvil API key' } },
       },

@@ -25,7 +25,13 @@ export function testLogger(): Logger {
 
 /** The app over a fresh migrated database, with a bootstrapped owner, for `app.inject` tests. */
 export async function createTestApp(
-  options: { clock?: Clock; env?: Record<string, string>; database?: TestDatabase } = {},
+  options: {
+    clock?: Clock;
+    env?: Record<string, string>;
+    database?: TestDatabase;
+    /** Registers extra routes (test-only fixtures) before the app is sealed. */
+    extend?: (app: TestApp['app']) => void | Promise<void>;
+  } = {},
 ): Promise<TestApp> {
   const database = options.database ?? (await createTestDatabase());
   const config: Config = loadConfig({ ANVIL_DATA_DIR: '/tmp/anvil-test-unused', ...options.env });
@@ -33,6 +39,7 @@ export async function createTestApp(
   const context = createContext(config, database.db, options.clock);
   await context.start();
   const app = await buildApp({ context, logger: testLogger() });
+  await options.extend?.(app);
   await app.ready();
   return {
     app,

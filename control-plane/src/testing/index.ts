@@ -1,3 +1,4 @@
 export * from './app.ts';
+export * from './clock.ts';
 export * from './database.ts';
 export * from './process.ts';

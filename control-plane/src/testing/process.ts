@@ -29,7 +29,14 @@ export interface ControlPlaneProcess {
 export function spawnControlPlane(env: Record<string, string>): ControlPlaneProcess {
   const child = spawn(process.execPath, ['--import', 'tsx', join(REPO_ROOT, 'control-plane/src/main.ts')], {
     cwd: REPO_ROOT,
-    env: { PATH: process.env['PATH'] ?? '', HOME: process.env['HOME'] ?? '/tmp', LOG_LEVEL: 'info', ...env },
+    // No local agent unless a test asks for one (ANVIL_LOCAL_AGENT=1).
+    env: {
+      PATH: process.env['PATH'] ?? '',
+      HOME: process.env['HOME'] ?? '/tmp',
+      LOG_LEVEL: 'info',
+      ANVIL_LOCAL_AGENT: '0',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

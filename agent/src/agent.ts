@@ -1,0 +1,348 @@
+import { mkdir } from 'node:fs/promises';
+import { hostname as osHostname } from 'node:os';
+import {
+  type AgentMessage,
+  type CommandBody,
+  type ControlPlaneMessage,
+  createMessage,
+  type Inventory,
+  type MessageOf,
+  PROTOCOL_VERSION,
+} from '@anvil/shared/protocol';
+import type { Logger } from 'pino';
+import { type Clock, sleep, systemClock } from './clock.ts';
+import { type BackoffPolicy, DEFAULT_BACKOFF } from './connection/backoff.ts';
+import type { Channel } from './connection/channel.ts';
+import { type CredentialStore, fileCredentialStore } from './connection/credential-store.ts';
+import type { HandshakeResult } from './connection/handshake.ts';
+import { runHeartbeats } from './connection/heartbeat.ts';
+import { runConnectionLoop } from './connection/loop.ts';
+import { type Dialer, wsDialer } from './connection/transport.ts';
+import { connectUrl } from './connection/url.ts';
+import type { ContainerRuntime } from './docker/runtime.ts';
+import { errorMessage } from './errors.ts';
+import type { GpuProvider } from './gpu/provider.ts';
+import type { HostProvider } from './host/provider.ts';
+import { LogBuffer } from './logs/buffer.ts';
+import { LogCursors } from './logs/cursors.ts';
+import { LogManager } from './logs/manager.ts';
+import { MetricsSampler } from './metrics/sampler.ts';
+import { Reconciler } from './reconcile/reconciler.ts';
+import { watchDocker } from './reconcile/watch.ts';
+import { AGENT_VERSION } from './version.ts';
+
+/** Everything the agent touches, injected (Coder's agent style): tests swap any part. */
+export interface AgentOptions {
+  controlPlaneUrl: string;
+  joinToken: string | null;
+  stateDir: string;
+  /** Per-workload volume directories live under this root. */
+  volumeRoot: string;
+  runtime: ContainerRuntime;
+  gpu: GpuProvider;
+  host: HostProvider;
+  logger: Logger;
+  clock?: Clock;
+  dial?: Dialer;
+  credentials?: CredentialStore;
+  hostname?: string;
+  agentVersion?: string;
+  /** Tests set this to play an agent of another protocol version. */
+  protocolVersion?: number;
+  backoff?: BackoffPolicy;
+  random?: () => number;
+  handshakeTimeoutMs?: number;
+  /** Full reconcile pass this often even without Docker events. */
+  resyncIntervalMs?: number;
+  /** Bound on log lines held while they cannot be sent. */
+  logBufferBytes?: number;
+  /** Bound on metric samples held while they cannot be sent. */
+  maxMetricSamples?: number;
+  /** How often buffered logs and metrics are sent. */
+  flushIntervalMs?: number;
+}
+
+export interface Agent {
+  /** Runs until the signal aborts (resolves) or the control plane refuses for good (FatalAgentError). */
+  run(signal: AbortSignal): Promise<void>;
+  /** Known after registration, or at start from a saved credential. */
+  readonly hostId: string | null;
+  readonly reconciler: Reconciler | null;
+}
+
+/** Above this many bytes queued on the socket, logs and metrics wait: the control plane is slow. */
+const BACKPRESSURE_BYTES = 1024 * 1024;
+const LOG_BATCH_BYTES = 512 * 1024;
+const LOG_BATCH_ENTRIES = 2_000;
+const METRIC_BATCH_SAMPLES = 60;
+
+interface Workers {
+  hostId: string;
+  reconciler: Reconciler;
+  logs: LogManager;
+  sampler: MetricsSampler;
+  stop: AbortController;
+  done: Promise<unknown>;
+}
+
+export function createAgent(options: AgentOptions): Agent {
+  const clock = options.clock ?? systemClock;
+  const credentials = options.credentials ?? fileCredentialStore(options.stateDir);
+  const agentVersion = options.agentVersion ?? AGENT_VERSION;
+  const startedAt = clock.now();
+  const logBuffer = new LogBuffer(options.logBufferBytes ?? 16 * 1024 * 1024);
+  let logger = options.logger;
+  let cursors: LogCursors | null = null;
+  let workers: Workers | null = null;
+  /** The connected channel, when there is one: events go out through it, or wait/drop when null. */
+  let channel: Channel | null = null;
+  let heartbeatMs = 10_000;
+  let metricsMs: number | null = null;
+
+  function send(message: AgentMessage): boolean {
+    if (!channel?.isOpen) return false;
+    try {
+      channel.send(message);
+      return true;
+    } catch (err) {
+      logger.debug({ type: message.type, err: errorMessage(err) }, 'message not sent');
+      return false;
+    }
+  }
+
+  async function inventory(): Promise<Inventory> {
+    const [host, gpus, docker] = await Promise.all([
+      options.host.inventory(),
+      options.gpu.inventory(),
+      options.runtime.info(),
+    ]);
+    return { host, gpus, docker };
+  }
+
+  function sendActualState(): void {
+    const report = workers?.reconciler.report();
+    // Before the first desired set the agent knows no workloads: saying "none" would be a lie.
+    if (report && report.generation !== null) send(createMessage('actual_state', report));
+  }
+
+  /** Start reconciling, log following and sampling for a host; they outlive connections. */
+  function startWorkers(hostId: string): Workers {
+    if (workers) {
+      if (workers.hostId !== hostId) throw new Error(`host id changed from ${workers.hostId} to ${hostId}`);
+      return workers;
+    }
+    logger = options.logger.child({ hostId });
+    const stop = new AbortController();
+    let debounce: unknown = null;
+    const logs = new LogManager({
+      runtime: options.runtime,
+      buffer: logBuffer,
+      cursors: cursors!,
+      logger,
+      now: () => clock.now(),
+    });
+    const reconciler: Reconciler = new Reconciler({
+      runtime: options.runtime,
+      hostId,
+      volumeRoot: options.volumeRoot,
+      gpuMode: options.gpu.simulated ? 'env-only' : 'device-requests',
+      clock,
+      logger,
+      onContainerState: (change) => send(createMessage('container_state', change)),
+      onActualState: (report) => send(createMessage('actual_state', report)),
+      onPullProgress: (report) => send(createMessage('pull_progress', report)),
+      onPass: () => {
+        logs.sync(reconciler.running());
+        logs.retain(reconciler.existing());
+      },
+    });
+    const sampler = new MetricsSampler({
+      host: options.host,
+      gpu: options.gpu,
+      runtime: options.runtime,
+      running: () => reconciler.running(),
+      clock,
+      logger,
+      maxSamples: options.maxMetricSamples ?? 360,
+    });
+    const trigger = () => {
+      // Docker sends events in bursts (create, start, attach...): one pass for the burst.
+      if (debounce !== null) return;
+      debounce = clock.setTimeout(() => {
+        debounce = null;
+        reconciler.trigger();
+      }, 100);
+    };
+    const done = Promise.allSettled([
+      watchDocker(
+        {
+          runtime: options.runtime,
+          onChange: trigger,
+          clock,
+          logger,
+          resyncMs: options.resyncIntervalMs ?? 30_000,
+        },
+        stop.signal,
+      ),
+      sampler.run(stop.signal),
+    ]);
+    reconciler.trigger();
+    workers = { hostId, reconciler, logs, sampler, stop, done };
+    return workers;
+  }
+
+  async function handleCommand(command: CommandBody): Promise<unknown> {
+    switch (command.name) {
+      case 'ping':
+        return { pong: true, at: clock.now() };
+      case 'set_intervals':
+        if (command.heartbeatSeconds !== null) heartbeatMs = command.heartbeatSeconds * 1000;
+        if (command.metricsSeconds !== null) {
+          metricsMs = command.metricsSeconds * 1000;
+          workers?.sampler.setInterval(metricsMs);
+        }
+        return {
+          heartbeatSeconds: heartbeatMs / 1000,
+          metricsSeconds: metricsMs === null ? null : metricsMs / 1000,
+        };
+      case 'resync':
+        send(createMessage('inventory', { inventory: await inventory() }));
+        sendActualState();
+        return { generation: workers?.reconciler.generation ?? null };
+      case 'inspect_workload':
+        return (
+          workers?.reconciler.report().workloads.find((w) => w.workloadId === command.workloadId) ?? null
+        );
+    }
+  }
+
+  function reply(to: MessageOf<'desired_state'> | MessageOf<'command'>, work: () => Promise<unknown>): void {
+    work().then(
+      (result) => send(createMessage('reply', { ok: true, result: result ?? null }, { id: to.id })),
+      (err: unknown) =>
+        send(
+          createMessage(
+            'reply',
+            { ok: false, error: { code: 'failed', message: errorMessage(err) } },
+            { id: to.id },
+          ),
+        ),
+    );
+  }
+
+  /** Flush buffered logs and metrics while the socket keeps up. */
+  function flush(): void {
+    if (!workers || !channel?.isOpen) return;
+    const losses = logBuffer.takeLosses();
+    if (losses.length > 0) {
+      for (const loss of losses) logger.warn({ ...loss }, 'log buffer was full: lines dropped');
+      // Could not report the loss now: keep it to report next time rather than forget it.
+      if (!send(createMessage('logs_dropped', { losses }))) logBuffer.restoreLosses(losses);
+    }
+    while (logBuffer.length > 0 && channel.bufferedAmount < BACKPRESSURE_BYTES) {
+      const entries = logBuffer.take(LOG_BATCH_BYTES, LOG_BATCH_ENTRIES);
+      if (!send(createMessage('log_batch', { entries }))) {
+        logBuffer.unshift(entries);
+        break;
+      }
+      for (const e of entries) cursors?.advance(e.containerId, e.stream, e.ts);
+    }
+    while (workers.sampler.pending > 0 && channel.bufferedAmount < BACKPRESSURE_BYTES) {
+      const batch = workers.sampler.take(METRIC_BATCH_SAMPLES);
+      if (!send(createMessage('metric_batch', batch))) {
+        workers.sampler.requeue(batch);
+        break;
+      }
+    }
+  }
+
+  async function runSession(ch: Channel, { credential, welcome }: HandshakeResult, signal: AbortSignal) {
+    const w = startWorkers(credential.hostId);
+    logger.info({ controlPlane: options.controlPlaneUrl }, 'connected to the control plane');
+    heartbeatMs = welcome.heartbeatSeconds * 1000;
+    metricsMs = welcome.metricsSeconds * 1000;
+    w.sampler.setInterval(metricsMs);
+    let firstDesired = true;
+    ch.onMessage((message: ControlPlaneMessage) => {
+      if (message.type === 'desired_state') {
+        reply(message, async () => {
+          const accepted = w.reconciler.setDesired(message.generation, message.workloads, firstDesired);
+          firstDesired = false;
+          return { generation: message.generation, accepted };
+        });
+      } else if (message.type === 'command') {
+        reply(message, () => handleCommand(message.command));
+      }
+    });
+    channel = ch;
+    try {
+      // Resync: whatever the control plane missed while the connection was down.
+      sendActualState();
+      const flushMs = options.flushIntervalMs ?? 500;
+      const flusher = (async () => {
+        while (!signal.aborted) {
+          flush();
+          await cursors?.flush();
+          await sleep(clock, flushMs, signal);
+        }
+      })();
+      // Named routines share one cancellation: if the heartbeat fails, the session ends and redials.
+      await Promise.race([
+        runHeartbeats(ch, { intervalMs: () => heartbeatMs, clock, logger, startedAt }, signal),
+        flusher,
+      ]);
+    } finally {
+      if (channel === ch) channel = null;
+    }
+  }
+
+  return {
+    get hostId() {
+      return workers?.hostId ?? null;
+    },
+    get reconciler() {
+      return workers?.reconciler ?? null;
+    },
+    async run(signal) {
+      await mkdir(options.stateDir, { recursive: true, mode: 0o700 });
+      cursors = await LogCursors.open(options.stateDir, options.logger);
+      // A saved credential names the host: start observing Docker and following logs right away,
+      // before the control plane answers, so an outage at start loses no log line.
+      const saved = await credentials.load();
+      if (saved) startWorkers(saved.hostId);
+      const url = connectUrl(options.controlPlaneUrl);
+      try {
+        await runConnectionLoop(
+          {
+            url,
+            controlPlane: options.controlPlaneUrl,
+            dial: options.dial ?? wsDialer({ handshakeTimeoutMs: options.handshakeTimeoutMs ?? 15_000 }),
+            clock,
+            logger,
+            backoff: options.backoff ?? DEFAULT_BACKOFF,
+            protocolVersion: options.protocolVersion ?? PROTOCOL_VERSION,
+            credentials,
+            joinToken: options.joinToken,
+            hostname: options.hostname ?? osHostname(),
+            agentVersion,
+            inventory,
+            timeoutMs: options.handshakeTimeoutMs ?? 15_000,
+            ...(options.random ? { random: options.random } : {}),
+          },
+          runSession,
+          signal,
+        );
+      } finally {
+        // Workloads keep running: stopping the agent must never stop a customer's container.
+        if (workers) {
+          workers.stop.abort();
+          workers.logs.stop();
+          workers.reconciler.stop();
+          await workers.done;
+          await workers.reconciler.idle();
+        }
+        await cursors.flush();
+      }
+    },
+  };
+}

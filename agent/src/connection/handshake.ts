@@ -1,0 +1,96 @@
+import { createMessage, type Inventory, type MessageOf } from '@anvil/shared/protocol';
+import type { Logger } from 'pino';
+import { errorMessage, FatalAgentError, wrapError } from '../errors.ts';
+import { type Channel, refusalError } from './channel.ts';
+import type { CredentialStore, HostCredential } from './credential-store.ts';
+
+export interface HandshakeOptions {
+  controlPlane: string;
+  credentials: CredentialStore;
+  joinToken: string | null;
+  hostname: string;
+  agentVersion: string;
+  inventory: () => Promise<Inventory>;
+  timeoutMs: number;
+  logger: Logger;
+}
+
+export interface HandshakeResult {
+  credential: HostCredential;
+  welcome: MessageOf<'welcome'>;
+}
+
+/**
+ * Register (first contact only: join token -> credential, saved before anything else happens), then
+ * hello -> welcome. Any refusal ends here as an error; a fatal one stops the agent.
+ */
+export async function handshake(channel: Channel, options: HandshakeOptions): Promise<HandshakeResult> {
+  const { logger } = options;
+  let credential: HostCredential | null;
+  try {
+    credential = await options.credentials.load();
+  } catch (err) {
+    // A damaged credential file does not heal by redialling: say so and stop.
+    throw new FatalAgentError(errorMessage(err), 'credential_unreadable');
+  }
+  if (credential && options.joinToken) {
+    logger.info(
+      { path: options.credentials.path },
+      'host credential found; the join token is not needed and not used',
+    );
+  }
+  if (!credential) {
+    if (!options.joinToken) {
+      throw new FatalAgentError(
+        `no host credential at ${options.credentials.path} and no join token given: pass --join-token`,
+        'no_credential',
+      );
+    }
+    const answer = await channel.request(
+      createMessage('register', {
+        joinToken: options.joinToken,
+        hostname: options.hostname,
+        agentVersion: options.agentVersion,
+      }),
+      options.timeoutMs,
+    );
+    if (answer.type === 'refusal') throw refusalError('join token', answer);
+    if (answer.type !== 'registered') throw new Error(`register: unexpected answer ${answer.type}`);
+    credential = {
+      hostId: answer.hostId,
+      credential: answer.credential,
+      controlPlane: options.controlPlane,
+      createdAt: new Date().toISOString(),
+    };
+    await options.credentials.save(credential);
+    logger.info(
+      { hostId: credential.hostId, path: options.credentials.path },
+      'registered; host credential saved',
+    );
+  }
+
+  let inventory: Inventory;
+  try {
+    inventory = await options.inventory();
+  } catch (err) {
+    throw wrapError('gather inventory', err);
+  }
+  const answer = await channel.request(
+    createMessage('hello', {
+      agentVersion: options.agentVersion,
+      hostId: credential.hostId,
+      credential: credential.credential,
+      inventory,
+    }),
+    options.timeoutMs,
+  );
+  if (answer.type === 'refusal') throw refusalError('host credential', answer);
+  if (answer.type !== 'welcome') throw new Error(`hello: unexpected answer ${answer.type}`);
+  if (answer.hostId !== credential.hostId) {
+    throw new FatalAgentError(
+      `hello: control plane welcomed host ${answer.hostId} but this agent is ${credential.hostId}`,
+      'host_mismatch',
+    );
+  }
+  return { credential, welcome: answer };
+}

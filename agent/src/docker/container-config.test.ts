@@ -1,0 +1,100 @@
+import { describe, expect, it } from 'vitest';
+import { workloadSpec } from '../../../test/agent/fixtures.ts';
+import { buildCreateOptions } from './container-config.ts';
+import { specHash } from './labels.ts';
+
+const context = {
+  hostId: 'host_a',
+  volumeRoot: '/var/lib/anvil/volumes',
+  gpuMode: 'device-requests' as const,
+  specHash: 'h',
+};
+
+describe('buildCreateOptions', () => {
+  it('maps every field of the spec', () => {
+    const spec = workloadSpec('w1', {
+      command: ['python', 'train.py'],
+      entrypoint: ['/bin/sh', '-c'],
+      env: { A: '1', NVIDIA_VISIBLE_DEVICES: 'all' },
+      labels: { team: 'ml', 'anvil.host': 'forged' },
+      gpus: [
+        { index: 0, uuid: 'GPU-aaa' },
+        { index: 1, uuid: 'GPU-bbb' },
+      ],
+      cpus: 1.5,
+      memoryBytes: 512 * 1024 * 1024,
+      shmBytes: 64 * 1024 * 1024,
+      ports: [
+        { containerPort: 8888, protocol: 'tcp', hostPort: null, hostIp: null },
+        { containerPort: 8888, protocol: 'tcp', hostPort: 18888, hostIp: '127.0.0.1' },
+        { containerPort: 53, protocol: 'udp', hostPort: 5353, hostIp: null },
+      ],
+      volume: { containerPath: '/workspace' },
+      restartPolicy: { name: 'on-failure', maxRetries: 3 },
+      stopGraceSeconds: 30,
+    });
+    const options = buildCreateOptions(spec, context);
+    expect(options).toEqual({
+      name: 'anvil-w1',
+      Image: 'anvil-test/busybox:latest',
+      Cmd: ['python', 'train.py'],
+      Entrypoint: ['/bin/sh', '-c'],
+      Env: ['A=1', 'NVIDIA_VISIBLE_DEVICES=GPU-aaa,GPU-bbb'],
+      Labels: {
+        team: 'ml',
+        'anvil.managed': 'true',
+        'anvil.workload': 'w1',
+        'anvil.host': 'host_a',
+        'anvil.spec-hash': 'h',
+        'anvil.stop-grace': '30',
+      },
+      ExposedPorts: { '8888/tcp': {}, '53/udp': {} },
+      StopTimeout: 30,
+      HostConfig: {
+        RestartPolicy: { Name: 'on-failure', MaximumRetryCount: 3 },
+        PortBindings: {
+          '8888/tcp': [
+            { HostIp: '', HostPort: '' },
+            { HostIp: '127.0.0.1', HostPort: '18888' },
+          ],
+          '53/udp': [{ HostIp: '', HostPort: '5353' }],
+        },
+        NanoCpus: 1_500_000_000,
+        Memory: 512 * 1024 * 1024,
+        MemorySwap: 512 * 1024 * 1024,
+        ShmSize: 64 * 1024 * 1024,
+        Binds: ['/var/lib/anvil/volumes/w1:/workspace'],
+        DeviceRequests: [
+          { Driver: 'nvidia', DeviceIDs: ['GPU-aaa', 'GPU-bbb'], Capabilities: [['gpu']], Count: 0 },
+        ],
+      },
+    });
+  });
+
+  it('gives simulated GPUs only the env variable, and GPU-less containers none at all', () => {
+    const gpus = [{ index: 0, uuid: 'GPU-sim-0' }];
+    const simulated = buildCreateOptions(workloadSpec('w2', { gpus }), { ...context, gpuMode: 'env-only' });
+    expect(simulated.HostConfig?.DeviceRequests).toBeUndefined();
+    expect(simulated.Env).toContain('NVIDIA_VISIBLE_DEVICES=GPU-sim-0');
+    const none = buildCreateOptions(workloadSpec('w3'), context);
+    expect(none.HostConfig?.DeviceRequests).toBeUndefined();
+    expect(none.Env).toEqual(['NVIDIA_VISIBLE_DEVICES=void']);
+  });
+
+  it('keeps the image command when the spec gives none', () => {
+    const options = buildCreateOptions(workloadSpec('w4', { command: null }), context);
+    expect(options.Cmd).toBeUndefined();
+    expect(options.Entrypoint).toBeUndefined();
+  });
+});
+
+describe('specHash', () => {
+  const ctx = { volumeRoot: '/v', gpuMode: 'env-only' as const };
+  it('ignores key order and the stop grace, and changes with anything else', () => {
+    const a = workloadSpec('w', { env: { A: '1', B: '2' } });
+    const b = { ...workloadSpec('w', { env: { B: '2', A: '1' } }), stopGraceSeconds: 99 };
+    expect(specHash(a, ctx)).toBe(specHash(b, ctx));
+    expect(specHash(a, ctx)).not.toBe(specHash({ ...a, image: 'other' }, ctx));
+    expect(specHash(a, ctx)).not.toBe(specHash(a, { ...ctx, gpuMode: 'device-requests' }));
+  });
+});

@@ -1,0 +1,58 @@
+import { createHash } from 'node:crypto';
+import type { WorkloadSpec } from '@anvil/shared/protocol';
+
+/** Docker labels that mark a container as Anvil's. Nothing without `anvil.managed=true` is ever touched. */
+export const LABELS = {
+  managed: 'anvil.managed',
+  workload: 'anvil.workload',
+  host: 'anvil.host',
+  /** Hash of the spec the container was created from: a different desired hash means recreate. */
+  specHash: 'anvil.spec-hash',
+  /** Grace period to honour when the container is stopped later, possibly by a restarted agent. */
+  stopGrace: 'anvil.stop-grace',
+} as const;
+
+const OWN_LABELS: ReadonlySet<string> = new Set(Object.values(LABELS));
+
+export function isOwnLabel(key: string): boolean {
+  return OWN_LABELS.has(key);
+}
+
+/**
+ * One deterministic name per workload: Docker refuses a second container with the same name, so a
+ * crashed and restarted agent (or two racing passes) can never create a duplicate.
+ */
+export function containerName(workloadId: string): string {
+  return `anvil-${workloadId}`;
+}
+
+/** How GPUs reach a container: real device requests, or only the env variable when simulated. */
+export type GpuMode = 'device-requests' | 'env-only';
+
+export interface SpecContext {
+  hostId: string;
+  volumeRoot: string;
+  gpuMode: GpuMode;
+}
+
+function canonical(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(
+      Object.entries(value as Record<string, unknown>)
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([k, v]) => [k, canonical(v)]),
+    );
+  }
+  return value;
+}
+
+/**
+ * Hash of everything that shapes the container. The stop grace is left out: changing it should not
+ * restart a running workload. Key order is normalised so equal specs hash equal whatever their JSON.
+ */
+export function specHash(spec: WorkloadSpec, context: Pick<SpecContext, 'volumeRoot' | 'gpuMode'>): string {
+  const { stopGraceSeconds: _ignored, ...shape } = spec;
+  const text = JSON.stringify(canonical({ shape, volumeRoot: context.volumeRoot, gpuMode: context.gpuMode }));
+  return createHash('sha256').update(text).digest('hex').slice(0, 16);
+}

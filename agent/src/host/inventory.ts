@@ -1,0 +1,50 @@
+import { hostname as osHostname } from 'node:os';
+import type { HostInventory } from '@anvil/shared/protocol';
+import si from 'systeminformation';
+import { wrapError } from '../errors.ts';
+import { isHostDisk, isHostInterface, known } from './filters.ts';
+
+function addresses(value: string | undefined): string[] {
+  return value ? [value] : [];
+}
+
+/** CPU, memory, disks and network interfaces of this machine. */
+export async function hostInventory(): Promise<HostInventory> {
+  try {
+    const [os, cpu, mem, disks, nics] = await Promise.all([
+      si.osInfo(),
+      si.cpu(),
+      si.mem(),
+      si.fsSize(),
+      si.networkInterfaces(),
+    ]);
+    const model = [cpu.manufacturer, cpu.brand].filter((s) => s && s !== 'unknown').join(' ');
+    return {
+      hostname: os.hostname || osHostname(),
+      os: {
+        platform: os.platform,
+        distro: known(os.distro),
+        release: known(os.release),
+        kernel: known(os.kernel),
+        arch: os.arch,
+      },
+      cpu: { model: known(model), cores: known(cpu.physicalCores), threads: known(cpu.cores) },
+      memoryBytes: known(mem.total),
+      disks: disks
+        .filter((d) => isHostDisk(d.type, d.mount))
+        .map((d) => ({ device: d.fs, mount: d.mount, fsType: known(d.type), sizeBytes: known(d.size) })),
+      networkInterfaces: (Array.isArray(nics) ? nics : [nics])
+        .filter((n) => isHostInterface(n.iface))
+        .map((n) => ({
+          name: n.iface,
+          mac: known(n.mac),
+          ipv4: addresses(n.ip4),
+          ipv6: addresses(n.ip6),
+          speedMbps: known(n.speed),
+          virtual: typeof n.virtual === 'boolean' ? n.virtual : null,
+        })),
+    };
+  } catch (err) {
+    throw wrapError('host inventory', err);
+  }
+}

@@ -1,0 +1,95 @@
+/**
+ * The agent daemon: `npm run agent -- --control-plane <url> --join-token <token>`.
+ * Configuration and its precedence are described in config.ts and agent/README.md.
+ * Exit codes: 0 stopped by a signal, 1 refused by the control plane (bad or used-up join token,
+ * revoked credential, incompatible protocol), 2 bad configuration.
+ */
+import Dockerode from 'dockerode';
+import { createAgent } from './agent.ts';
+import { ConfigError, loadConfig, USAGE } from './config.ts';
+import { createContainerRuntime } from './docker/runtime.ts';
+import { errorMessage, FatalAgentError } from './errors.ts';
+import { createGpuProvider } from './gpu/provider.ts';
+import { systemHost } from './host/provider.ts';
+import { createLogger } from './logger.ts';
+import { AGENT_VERSION } from './version.ts';
+
+/** The one human line on stderr for an operator; the structured log has the details. */
+function fail(message: string): void {
+  process.stderr.write(`anvil-agent: ${message}\n`);
+}
+
+async function main(): Promise<number> {
+  let loaded: Awaited<ReturnType<typeof loadConfig>>;
+  try {
+    loaded = await loadConfig({ argv: process.argv.slice(2), env: process.env });
+  } catch (err) {
+    fail(err instanceof ConfigError ? err.message : `configuration: ${errorMessage(err)}`);
+    return 2;
+  }
+  if (loaded.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  const { config } = loaded;
+  const logger = createLogger(config.logLevel);
+  logger.info(
+    {
+      version: AGENT_VERSION,
+      controlPlane: config.controlPlane,
+      stateDir: config.stateDir,
+      dockerHost: process.env['DOCKER_HOST'] ?? null,
+    },
+    'anvil agent starting',
+  );
+
+  // Dockerode reads DOCKER_HOST (unix://, tcp://, ssh://) and DOCKER_TLS_VERIFY itself.
+  const runtime = createContainerRuntime(new Dockerode());
+  const gpu = await createGpuProvider({
+    simulate: config.simulateGpus,
+    simulateSeed: config.stateDir,
+    ...(config.nvmlLibrary ? { nvmlLibrary: config.nvmlLibrary } : {}),
+    logger,
+  });
+  const agent = createAgent({
+    controlPlaneUrl: config.controlPlane,
+    joinToken: config.joinToken,
+    stateDir: config.stateDir,
+    volumeRoot: config.volumeRoot,
+    runtime,
+    gpu,
+    host: systemHost,
+    logger,
+  });
+
+  const abort = new AbortController();
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      logger.info({ signal }, 'stopping; containers keep running');
+      abort.abort();
+    });
+  }
+  try {
+    await agent.run(abort.signal);
+    logger.info('agent stopped');
+    return 0;
+  } catch (err) {
+    if (err instanceof FatalAgentError) {
+      logger.fatal({ code: err.code }, err.message);
+      fail(err.message);
+      return 1;
+    }
+    logger.fatal({ err: errorMessage(err) }, 'agent failed');
+    fail(errorMessage(err));
+    return 1;
+  }
+}
+
+main().then(
+  // Exit explicitly: a pending socket or timer of a failed start must not keep a refused agent alive.
+  (code) => process.exit(code),
+  (err: unknown) => {
+    fail(errorMessage(err));
+    process.exit(1);
+  },
+);

@@ -1,0 +1,135 @@
+import type { ContainerMetrics, MetricSample } from '@anvil/shared/protocol';
+import type { Logger } from 'pino';
+import { type Clock, sleep } from '../clock.ts';
+import type { ContainerRuntime } from '../docker/runtime.ts';
+import { errorMessage } from '../errors.ts';
+import type { GpuProvider } from '../gpu/provider.ts';
+import type { HostProvider } from '../host/provider.ts';
+import type { RunningContainer } from '../reconcile/reconciler.ts';
+import { type CpuCounters, containerMetrics } from './container-stats.ts';
+
+export interface MetricsSamplerOptions {
+  host: HostProvider;
+  gpu: GpuProvider;
+  runtime: ContainerRuntime;
+  running: () => RunningContainer[];
+  clock: Clock;
+  logger: Logger;
+  /** Samples kept while they cannot be sent; the oldest go first and are counted. */
+  maxSamples: number;
+}
+
+/**
+ * Samples host, GPUs and containers at the interval the control plane sets. Samples accumulate until
+ * sent (the connection takes them in batches), bounded so a long outage costs old samples, not memory.
+ */
+export class MetricsSampler {
+  readonly #o: MetricsSamplerOptions;
+  #samples: MetricSample[] = [];
+  #dropped = 0;
+  #intervalMs: number | null = null;
+  #wake: (() => void) | null = null;
+  readonly #cpu = new Map<string, CpuCounters>();
+
+  constructor(options: MetricsSamplerOptions) {
+    this.#o = options;
+  }
+
+  /** Set by the control plane (welcome, set_intervals); sampling starts once it is known. */
+  setInterval(ms: number): void {
+    this.#intervalMs = ms;
+    this.#wake?.();
+  }
+
+  get pending(): number {
+    return this.#samples.length;
+  }
+
+  /** Take up to `max` samples and the count dropped since the last take. */
+  take(max: number): { samples: MetricSample[]; dropped: number } {
+    const samples = this.#samples.splice(0, max);
+    const dropped = this.#dropped;
+    this.#dropped = 0;
+    return { samples, dropped };
+  }
+
+  /** Samples that could not be sent go back to the front. */
+  requeue(batch: { samples: MetricSample[]; dropped: number }): void {
+    this.#samples.unshift(...batch.samples);
+    this.#dropped += batch.dropped;
+    this.#trim();
+  }
+
+  async run(signal: AbortSignal): Promise<void> {
+    const { clock } = this.#o;
+    while (!signal.aborted) {
+      if (this.#intervalMs === null) {
+        await new Promise<void>((resolve) => {
+          this.#wake = resolve;
+          signal.addEventListener('abort', () => resolve(), { once: true });
+        });
+        this.#wake = null;
+        continue;
+      }
+      const started = clock.now();
+      try {
+        this.#samples.push(await this.sample());
+        this.#trim();
+      } catch (err) {
+        this.#o.logger.warn({ err: errorMessage(err) }, 'metrics sample failed');
+      }
+      await sleep(clock, Math.max(0, this.#intervalMs - (clock.now() - started)), signal);
+    }
+  }
+
+  async sample(): Promise<MetricSample> {
+    const { host, gpu, clock, logger } = this.#o;
+    const at = clock.now();
+    const [hostSample, gpus, containers] = await Promise.all([
+      host.sample().catch((err: unknown) => {
+        logger.debug({ err: errorMessage(err) }, 'host sample failed');
+        return null;
+      }),
+      gpu.sample().catch((err: unknown) => {
+        logger.debug({ err: errorMessage(err) }, 'gpu sample failed');
+        return [];
+      }),
+      this.#containers(),
+    ]);
+    return { at, host: hostSample, gpus, containers };
+  }
+
+  async #containers(): Promise<ContainerMetrics[]> {
+    const running = this.#o.running();
+    const results = await Promise.all(
+      running.map(async ({ containerId, workloadId }) => {
+        try {
+          const stats = await this.#o.runtime.stats(containerId);
+          if (!stats) return null;
+          const { metrics, cpu } = containerMetrics(
+            workloadId,
+            containerId,
+            stats,
+            this.#cpu.get(containerId) ?? null,
+          );
+          if (cpu) this.#cpu.set(containerId, cpu);
+          return metrics;
+        } catch (err) {
+          this.#o.logger.debug({ containerId, err: errorMessage(err) }, 'container stats failed');
+          return null;
+        }
+      }),
+    );
+    const live = new Set(running.map((r) => r.containerId));
+    for (const id of [...this.#cpu.keys()]) if (!live.has(id)) this.#cpu.delete(id);
+    return results.filter((m): m is ContainerMetrics => m !== null);
+  }
+
+  #trim(): void {
+    const excess = this.#samples.length - this.#o.maxSamples;
+    if (excess > 0) {
+      this.#samples.splice(0, excess);
+      this.#dropped += excess;
+    }
+  }
+}

@@ -1,0 +1,342 @@
+import type { WorkloadPhase, WorkloadSpec, WorkloadStatus } from '@anvil/shared/protocol';
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.ts';
+import { NameConflictError } from '../docker/errors.ts';
+import { type GpuMode, type SpecContext, specHash } from '../docker/labels.ts';
+import type { ContainerRuntime, ManagedContainer } from '../docker/runtime.ts';
+import { errorMessage } from '../errors.ts';
+import { ImagePuller, type PullReport } from './image-puller.ts';
+import { statusFromInspect, statusWithoutContainer } from './status.ts';
+
+export interface ContainerStateChange {
+  workloadId: string;
+  containerId: string | null;
+  /** A WorkloadPhase, or `removed`. */
+  phase: string;
+  containerState: string | null;
+  exitCode: number | null;
+  error: string | null;
+  at: number;
+}
+
+export interface ActualReport {
+  generation: number | null;
+  workloads: WorkloadStatus[];
+}
+
+export interface ReconcilerOptions {
+  runtime: ContainerRuntime;
+  hostId: string;
+  volumeRoot: string;
+  gpuMode: GpuMode;
+  clock: Clock;
+  logger: Logger;
+  onContainerState: (change: ContainerStateChange) => void;
+  onActualState: (report: ActualReport) => void;
+  onPullProgress: (report: PullReport) => void;
+  /** How long a failed pull or start waits before it is tried again. */
+  retryMs?: number;
+  /** Delay before retrying a pass that failed as a whole (Docker unreachable). */
+  passRetryMs?: number;
+  /** After every completed pass: the agent re-syncs log followers to what runs. */
+  onPass?: () => void;
+}
+
+/** The running container Docker lists for a workload, for log following and stats. */
+export interface RunningContainer {
+  containerId: string;
+  workloadId: string;
+}
+
+const RESTARTED_BY_US = new Set(['always', 'unless-stopped']);
+
+/** Keep the container most worth keeping: running first, then the newest. */
+function byPreference(a: ManagedContainer, b: ManagedContainer): number {
+  const running = Number(b.state === 'running') - Number(a.state === 'running');
+  return running !== 0 ? running : b.created - a.created;
+}
+
+/**
+ * Converges Docker to the desired set, as kubelet does: creates what is missing, removes anvil-labelled
+ * containers that are not desired (and duplicates), recreates containers whose spec changed, and
+ * adopts whatever already matches, so an agent restart or kill -9 loses and duplicates nothing.
+ * Until the first desired set arrives it only observes: a restarted agent never removes a workload
+ * because it has not yet heard from the control plane.
+ */
+export class Reconciler {
+  readonly #o: Required<Omit<ReconcilerOptions, 'onPass'>> & Pick<ReconcilerOptions, 'onPass'>;
+  readonly #context: SpecContext;
+  readonly #puller: ImagePuller;
+  #generation: number | null = null;
+  #desired: WorkloadSpec[] | null = null;
+  #statuses = new Map<string, WorkloadStatus>();
+  #running: RunningContainer[] = [];
+  #existing: ReadonlySet<string> = new Set();
+  /** Workloads whose last create/start failed: error and when to try again. */
+  readonly #failures = new Map<
+    string,
+    { hash: string; error: string; retryAt: number; phase: WorkloadPhase }
+  >();
+  #pass: Promise<void> | null = null;
+  #again = false;
+  #retryTimer: unknown = null;
+  #retryAt = Number.POSITIVE_INFINITY;
+  #reportedGeneration: number | null | undefined = undefined;
+  #stopped = false;
+
+  constructor(options: ReconcilerOptions) {
+    this.#o = { retryMs: 30_000, passRetryMs: 5_000, ...options };
+    this.#context = { hostId: options.hostId, volumeRoot: options.volumeRoot, gpuMode: options.gpuMode };
+    this.#puller = new ImagePuller(options.runtime, {
+      clock: options.clock,
+      logger: options.logger,
+      retryMs: this.#o.retryMs,
+      onProgress: options.onPullProgress,
+      onSettled: () => this.trigger(),
+    });
+  }
+
+  get generation(): number | null {
+    return this.#generation;
+  }
+
+  /** The latest full report: every desired workload's status. */
+  report(): ActualReport {
+    const workloads = (this.#desired ?? []).flatMap((s) => {
+      const status = this.#statuses.get(s.workloadId);
+      return status ? [status] : [];
+    });
+    return { generation: this.#generation, workloads };
+  }
+
+  /** Running Anvil containers of this host as of the last pass, desired or not yet removed. */
+  running(): RunningContainer[] {
+    return this.#running;
+  }
+
+  /** Ids of every Anvil container of this host as of the last pass, running or not. */
+  existing(): ReadonlySet<string> {
+    return this.#existing;
+  }
+
+  /**
+   * Accept a desired set. A generation lower than the current one is stale (a late message) and
+   * ignored, unless `force`: the first set of a new connection always wins, since a control plane
+   * that restarted is still the source of truth.
+   */
+  setDesired(generation: number, workloads: WorkloadSpec[], force = false): boolean {
+    if (!force && this.#generation !== null && generation < this.#generation) {
+      this.#o.logger.warn({ generation, current: this.#generation }, 'stale desired state ignored');
+      return false;
+    }
+    this.#generation = generation;
+    this.#desired = workloads;
+    for (const id of [...this.#statuses.keys()]) {
+      if (!workloads.some((w) => w.workloadId === id)) this.#statuses.delete(id);
+    }
+    this.trigger();
+    return true;
+  }
+
+  /** Ask for a pass; passes never overlap, and requests during one coalesce into one more. */
+  trigger(): void {
+    if (this.#stopped) return;
+    if (this.#pass) {
+      this.#again = true;
+      return;
+    }
+    this.#pass = this.#loop().finally(() => {
+      this.#pass = null;
+    });
+  }
+
+  /** Resolves when no pass is running or queued (tests, graceful shutdown). */
+  async idle(): Promise<void> {
+    while (this.#pass) await this.#pass;
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#o.clock.clearTimeout(this.#retryTimer);
+    this.#retryAt = Number.POSITIVE_INFINITY;
+  }
+
+  async #loop(): Promise<void> {
+    do {
+      this.#again = false;
+      try {
+        await this.#passOnce();
+      } catch (err) {
+        this.#o.logger.warn({ err: errorMessage(err) }, 'reconcile pass failed; retrying');
+        this.#scheduleRetry(this.#o.passRetryMs);
+      }
+    } while (this.#again && !this.#stopped);
+  }
+
+  /** One timer, set for the earliest retry anyone asked for. */
+  #scheduleRetry(delayMs: number): void {
+    const { clock } = this.#o;
+    const at = clock.now() + delayMs;
+    if (at >= this.#retryAt) return;
+    clock.clearTimeout(this.#retryTimer);
+    this.#retryAt = at;
+    this.#retryTimer = clock.setTimeout(() => {
+      this.#retryAt = Number.POSITIVE_INFINITY;
+      this.trigger();
+    }, delayMs);
+  }
+
+  #fail(id: string, hash: string, error: string, delayMs: number, phase: WorkloadPhase = 'failed'): void {
+    this.#failures.set(id, { hash, error, retryAt: this.#o.clock.now() + delayMs, phase });
+    this.#scheduleRetry(delayMs);
+  }
+
+  async #passOnce(): Promise<void> {
+    const { runtime, hostId } = this.#o;
+    const containers = await runtime.listManaged(hostId);
+    const groups = new Map<string, ManagedContainer[]>();
+    for (const c of containers) groups.set(c.workloadId, [...(groups.get(c.workloadId) ?? []), c]);
+
+    const desired = this.#desired;
+    const generation = this.#generation;
+    if (desired) {
+      const wanted = new Set(desired.map((s) => s.workloadId));
+      const unwanted = containers.filter((c) => !wanted.has(c.workloadId));
+      await Promise.all(unwanted.map((c) => this.#removeContainer(c, 'not desired')));
+      const results = await Promise.all(
+        desired.map((spec) => this.#converge(spec, groups.get(spec.workloadId) ?? [])),
+      );
+      // Record every status (map, not some: each one must be stored and may emit its own event).
+      const changed = results.map((status) => this.#record(status)).includes(true);
+      // The desired set may have been replaced while this pass ran; report only a consistent one.
+      if (this.#desired === desired && (changed || generation !== this.#reportedGeneration)) {
+        this.#reportedGeneration = generation;
+        this.#o.onActualState(this.report());
+      }
+    }
+    const after = desired ? await runtime.listManaged(hostId) : containers;
+    this.#running = after
+      .filter((c) => c.state === 'running')
+      .map((c) => ({ containerId: c.id, workloadId: c.workloadId }));
+    this.#existing = new Set(after.map((c) => c.id));
+    this.#o.onPass?.();
+  }
+
+  /** Store a status; emit container_state when it differs from the last one. True when it changed. */
+  #record(status: WorkloadStatus): boolean {
+    const previous = this.#statuses.get(status.workloadId);
+    if (!this.#desired?.some((s) => s.workloadId === status.workloadId)) return false;
+    this.#statuses.set(status.workloadId, status);
+    const same =
+      previous &&
+      previous.containerId === status.containerId &&
+      previous.phase === status.phase &&
+      previous.containerState === status.containerState &&
+      previous.exitCode === status.exitCode &&
+      previous.error === status.error &&
+      previous.restartCount === status.restartCount;
+    if (same) {
+      this.#statuses.set(status.workloadId, { ...status, at: previous.at });
+      return false;
+    }
+    this.#o.onContainerState({
+      workloadId: status.workloadId,
+      containerId: status.containerId,
+      phase: status.phase,
+      containerState: status.containerState,
+      exitCode: status.exitCode,
+      error: status.error,
+      at: status.at,
+    });
+    return true;
+  }
+
+  async #removeContainer(container: ManagedContainer, why: string): Promise<void> {
+    const { runtime, logger, clock } = this.#o;
+    logger.info({ containerId: container.id, workloadId: container.workloadId, why }, 'removing container');
+    await runtime.stop(container.id, container.stopGraceSeconds ?? 10);
+    await runtime.remove(container.id);
+    this.#o.onContainerState({
+      workloadId: container.workloadId,
+      containerId: container.id,
+      phase: 'removed',
+      containerState: null,
+      exitCode: null,
+      error: null,
+      at: clock.now(),
+    });
+  }
+
+  async #converge(spec: WorkloadSpec, containers: ManagedContainer[]): Promise<WorkloadStatus> {
+    const { runtime, clock, logger } = this.#o;
+    const id = spec.workloadId;
+    const hash = specHash(spec, this.#context);
+    try {
+      const [keep, ...duplicates] = [...containers].sort(byPreference);
+      for (const extra of duplicates) await this.#removeContainer(extra, 'duplicate of the kept container');
+
+      let current = keep;
+      if (current && current.specHash !== hash) {
+        await this.#removeContainer(current, 'spec changed');
+        current = undefined;
+      }
+
+      const failure = this.#failures.get(id);
+      if (failure && failure.hash !== hash) this.#failures.delete(id);
+      const waiting = this.#failures.get(id);
+      if (waiting && clock.now() < waiting.retryAt) {
+        const details = current ? await runtime.inspect(current.id) : null;
+        return details
+          ? { ...statusFromInspect(id, details, clock.now()), phase: waiting.phase, error: waiting.error }
+          : statusWithoutContainer(id, waiting.phase, waiting.error, clock.now());
+      }
+
+      if (!current) {
+        if (!(await runtime.imageExists(spec.image))) {
+          const pull = this.#puller.state(spec.image);
+          if (pull?.kind === 'failed') return statusWithoutContainer(id, 'failed', pull.error, clock.now());
+          this.#puller.start(spec.image, id);
+          return statusWithoutContainer(id, 'pulling', null, clock.now());
+        }
+        let containerId: string;
+        try {
+          containerId = await runtime.create(spec, this.#context);
+        } catch (err) {
+          // A half-finished removal, or a container Anvil does not own, holds the name: look again
+          // shortly, and never create a second container for the workload.
+          if (err instanceof NameConflictError) {
+            this.#fail(id, hash, errorMessage(err), this.#o.passRetryMs, 'pending');
+            return statusWithoutContainer(id, 'pending', errorMessage(err), clock.now());
+          }
+          throw err;
+        }
+        logger.info({ workloadId: id, containerId }, 'container created');
+        await runtime.start(containerId);
+        this.#failures.delete(id);
+        const details = await runtime.inspect(containerId);
+        return details
+          ? statusFromInspect(id, details, clock.now())
+          : statusWithoutContainer(id, 'pending', null, clock.now());
+      }
+
+      const restartable = RESTARTED_BY_US.has(spec.restartPolicy.name);
+      if (
+        current.state === 'created' ||
+        ((current.state === 'exited' || current.state === 'dead') && restartable)
+      ) {
+        logger.info({ workloadId: id, containerId: current.id, state: current.state }, 'starting container');
+        await runtime.start(current.id);
+      }
+      this.#failures.delete(id);
+      const details = await runtime.inspect(current.id);
+      return details
+        ? statusFromInspect(id, details, clock.now())
+        : statusWithoutContainer(id, 'pending', null, clock.now());
+    } catch (err) {
+      const error = errorMessage(err);
+      logger.warn({ workloadId: id, error }, 'workload failed to converge');
+      this.#fail(id, hash, error, this.#o.retryMs);
+      return statusWithoutContainer(id, 'failed', error, clock.now());
+    }
+  }
+}

@@ -1,0 +1,185 @@
+// Authenticated GET /v2/auth/verify on the real control plane against a bare fastify hello route, both
+// driven the same way by autocannon (100 connections) in alternating rounds. Each server runs in its own
+// process so the load generator does not share its event loop. Figures are printed, never asserted on.
+// Run: `npm run bench` (all benches) or `node --import tsx bench/auth-verify.ts`.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { availableParallelism, loadavg } from 'node:os';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import autocannon, { type Result } from 'autocannon';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const CONNECTIONS = 100;
+/** The line a server script prints once it listens: the prefix, then {url, path, keys} as JSON. */
+const READY = 'BENCH_READY ';
+
+export interface BenchOptions {
+  /** Measured seconds per target, split over the rounds. */
+  durationSeconds: number;
+  warmupSeconds: number;
+  rounds: number;
+}
+
+const DEFAULTS: BenchOptions = { durationSeconds: 10, warmupSeconds: 3, rounds: 2 };
+
+interface Target {
+  url: string;
+  path: string;
+  keys: string[];
+  process: ChildProcess;
+}
+
+async function startTarget(script: string): Promise<Target> {
+  // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of each server there (open it in Chrome DevTools).
+  const profile = process.env['BENCH_CPU_PROF'];
+  const flags = profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [];
+  const child = spawn(process.execPath, [...flags, '--import', 'tsx', join(HERE, 'servers', script)], {
+    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
+    env: { ...process.env, LOG_LEVEL: 'warn' },
+  });
+  // Keep reading the server's output to the end (a full pipe would stall it); echo all but the ready line.
+  const lines = createInterface({ input: child.stdout! });
+  const info = await new Promise<Omit<Target, 'process'>>((resolve, reject) => {
+    lines.on('line', (line) => {
+      if (line.startsWith(READY)) resolve(JSON.parse(line.slice(READY.length)) as Omit<Target, 'process'>);
+      else process.stdout.write(`[${script}] ${line}\n`);
+    });
+    child.once('exit', (code) => reject(new Error(`${script} exited with ${code} before it was ready`)));
+  });
+  return { ...info, process: child };
+}
+
+/** CPU time (user + system, µs) the server process has used so far, asked over its IPC channel. */
+async function cpuMicros(target: Target): Promise<number> {
+  const reply = once(target.process, 'message') as Promise<[{ user: number; system: number }]>;
+  target.process.send('cpu');
+  const [usage] = await reply;
+  return usage.user + usage.system;
+}
+
+async function stopTarget(target: Target): Promise<void> {
+  if (target.process.exitCode !== null) return;
+  const exited = once(target.process, 'exit');
+  target.process.kill('SIGTERM');
+  await exited;
+}
+
+interface Round {
+  result: Result;
+  /** Server CPU time per answered request, µs. */
+  cpuPerRequest: number;
+}
+
+async function measure(target: Target, seconds: number): Promise<Round> {
+  const before = await cpuMicros(target);
+  const result = await drive(target, seconds);
+  const used = (await cpuMicros(target)) - before;
+  return { result, cpuPerRequest: used / Math.max(1, result.requests.total) };
+}
+
+function drive(target: Target, seconds: number): Promise<Result> {
+  let next = 0;
+  return autocannon({
+    url: target.url + target.path,
+    connections: CONNECTIONS,
+    duration: seconds,
+    // One key per connection, spread over the bench accounts.
+    setupClient: (client) => {
+      const key = target.keys[next++ % Math.max(1, target.keys.length)];
+      if (key) client.setHeaders({ authorization: `Bearer ${key}` });
+    },
+  });
+}
+
+/** Figures of one target over all its rounds. */
+interface Summary {
+  rps: number;
+  /** Server CPU time per request (µs): steadier than req/s when other work shares the machine. */
+  cpuPerRequest: number;
+  p50: number;
+  /** The worst round's p99. */
+  p99: number;
+  errors: number;
+  statuses: Map<string, number>;
+}
+
+function summarise(rounds: Round[]): Summary {
+  const results = rounds.map((r) => r.result);
+  const statuses = new Map<string, number>();
+  for (const result of results) {
+    for (const [code, { count }] of Object.entries(result.statusCodeStats ?? {})) {
+      statuses.set(code, (statuses.get(code) ?? 0) + count);
+    }
+  }
+  return {
+    rps: results.reduce((sum, r) => sum + r.requests.average, 0) / results.length,
+    cpuPerRequest: rounds.reduce((sum, r) => sum + r.cpuPerRequest, 0) / rounds.length,
+    p50: Math.max(...results.map((r) => r.latency.p50)),
+    p99: Math.max(...results.map((r) => r.latency.p99)),
+    errors: results.reduce((sum, r) => sum + r.errors + r.timeouts, 0),
+    statuses,
+  };
+}
+
+const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits });
+
+function line(name: string, s: Summary): string {
+  const statuses = [...s.statuses].map(([code, count]) => `${code}: ${fmt(count)}`).join(', ');
+  return (
+    `${name.padEnd(34)} ${fmt(s.rps).padStart(8)} req/s   ` +
+    `p50 ${fmt(s.p50, 2).padStart(5)} ms   p99 ${fmt(s.p99, 2).padStart(5)} ms   ` +
+    `server CPU ${fmt(s.cpuPerRequest, 1).padStart(5)} µs/req   errors ${s.errors}   [${statuses}]`
+  );
+}
+
+export interface BenchResult {
+  bare: Summary;
+  verify: Summary;
+  ratio: number;
+}
+
+/**
+ * Both servers run side by side and are measured in alternating rounds, so load from elsewhere on the
+ * machine drifting during the run weighs on both alike.
+ */
+export async function runAuthVerifyBench(options: BenchOptions = DEFAULTS): Promise<BenchResult> {
+  const [one, five] = loadavg();
+  process.stdout.write(
+    `auth-verify: ${CONNECTIONS} connections, ${options.warmupSeconds} s warm-up, then ${options.rounds} ` +
+      `alternating rounds of ${options.durationSeconds / options.rounds} s per target; node ${process.version}, ` +
+      `${availableParallelism()} CPUs, load average ${one?.toFixed(1)} / ${five?.toFixed(1)}\n`,
+  );
+  const bareTarget = await startTarget('hello.ts');
+  let verifyTarget: Target | null = null;
+  try {
+    verifyTarget = await startTarget('control-plane.ts');
+    await drive(bareTarget, options.warmupSeconds);
+    await drive(verifyTarget, options.warmupSeconds);
+    const bareRounds: Round[] = [];
+    const verifyRounds: Round[] = [];
+    for (let round = 0; round < options.rounds; round++) {
+      bareRounds.push(await measure(bareTarget, options.durationSeconds / options.rounds));
+      verifyRounds.push(await measure(verifyTarget, options.durationSeconds / options.rounds));
+    }
+    const bare = summarise(bareRounds);
+    const verify = summarise(verifyRounds);
+    const ratio = verify.rps / bare.rps;
+    process.stdout.write(`${line('bare fastify GET /', bare)}\n`);
+    process.stdout.write(`${line('control plane GET /v2/auth/verify', verify)}\n`);
+    process.stdout.write(
+      `ratio verify/bare ${ratio.toFixed(2)} (target >= 0.5: ${ratio >= 0.5 ? 'met' : 'missed'}; ` +
+        `by server CPU per request ${(bare.cpuPerRequest / verify.cpuPerRequest).toFixed(2)}); ` +
+        `verify p99 ${verify.p99} ms (target < 10 ms: ${verify.p99 < 10 ? 'met' : 'missed'})\n`,
+    );
+    return { bare, verify, ratio };
+  } finally {
+    if (verifyTarget) await stopTarget(verifyTarget);
+    await stopTarget(bareTarget);
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  await runAuthVerifyBench();
+}

@@ -1,0 +1,36 @@
+// The part of autocannon's API the benches use (the package ships no types).
+declare module 'autocannon' {
+  export interface Client {
+    setHeaders(headers: Record<string, string>): void;
+  }
+  export interface Options {
+    url: string;
+    connections?: number;
+    duration?: number;
+    pipelining?: number;
+    headers?: Record<string, string>;
+    setupClient?: (client: Client) => void;
+  }
+  export interface Histogram {
+    average: number;
+    mean: number;
+    stddev: number;
+    min: number;
+    max: number;
+    p50: number;
+    p90: number;
+    p99: number;
+  }
+  export interface Result {
+    requests: Histogram & { total: number; sent: number };
+    latency: Histogram;
+    errors: number;
+    timeouts: number;
+    non2xx: number;
+    '2xx': number;
+    statusCodeStats?: Record<string, { count: number }>;
+    duration: number;
+  }
+  function autocannon(options: Options): Promise<Result>;
+  export default autocannon;
+}

@@ -1,0 +1,117 @@
+import type { Logger } from 'pino';
+import { AccessControl } from '../auth/access.ts';
+import type { ApiKeyService } from '../auth/api-keys.ts';
+import type { Clock } from '../auth/clock.ts';
+import type { KeyResolver } from '../auth/key-resolver.ts';
+import type { Config } from '../config.ts';
+import { loadSecretBox, type SecretBox, type SecretKeySource } from '../crypto/secret-box.ts';
+import type { Database } from '../db/index.ts';
+import { ActivityTracker } from './activity.ts';
+import { AuditLog } from './audit.ts';
+import { RoleService } from './custom-roles.ts';
+import { GrantService } from './grants.ts';
+import { InvitationService } from './invitations.ts';
+import { MemberKeyPolicy } from './key-policy.ts';
+import { Notifier } from './notifications.ts';
+import { ProfileService } from './profile.ts';
+import { ResourceDirectory } from './resources.ts';
+import { SettingsService } from './settings.ts';
+import { ShareService } from './shares.ts';
+import { TeamService } from './team.ts';
+
+export interface AccountServices {
+  access: AccessControl;
+  audit: AuditLog;
+  activity: ActivityTracker;
+  resources: ResourceDirectory;
+  roles: RoleService;
+  grants: GrantService;
+  shares: ShareService;
+  team: TeamService;
+  invitations: InvitationService;
+  profile: ProfileService;
+  settings: SettingsService;
+  notifier: Notifier;
+  /** The secret box, loaded on first use (creating <dataDir>/secret.key when no key is configured). */
+  secrets(): SecretBox;
+  secretKeySource(): { source: SecretKeySource; path: string | null };
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** Builds the accounts domain: profile, team, roles and permissions, settings, and the access layer. */
+export function createAccountServices(deps: {
+  config: Config;
+  db: Database;
+  clock: Clock;
+  keys: KeyResolver;
+  apiKeys: ApiKeyService;
+  logger: Logger;
+}): AccountServices {
+  const { config, db, clock, keys, apiKeys, logger } = deps;
+  let loaded: ReturnType<typeof loadSecretBox> | null = null;
+  const load = () => {
+    loaded ??= loadSecretBox({
+      secretKey: config.secretKey,
+      previousSecretKeys: config.previousSecretKeys,
+      dataDir: config.dataDir,
+    });
+    return loaded;
+  };
+  const audit = new AuditLog(db, clock);
+  const access = new AccessControl(db, clock, audit);
+  const activity = new ActivityTracker(db, clock);
+  const notifier = new Notifier({
+    smtpUrl: config.smtpUrl,
+    smtpFrom: config.smtpFrom,
+    allowPrivate: config.outboundAllowPrivate,
+    clock,
+  });
+  const settings = new SettingsService({ db, clock, access, audit, notifier, secrets: () => load().box });
+  apiKeys.setPolicy(new MemberKeyPolicy(db, clock, access, settings));
+  let pruneTimer: NodeJS.Timeout | null = null;
+  const services: AccountServices = {
+    access,
+    audit,
+    activity,
+    notifier,
+    settings,
+    resources: new ResourceDirectory(db, clock, access, activity),
+    roles: new RoleService(db, clock, access, audit, keys),
+    grants: new GrantService(db, clock, access, audit),
+    shares: new ShareService(db, clock, access, audit, activity),
+    team: new TeamService({ db, clock, access, audit, keys, activity, publicUrl: config.publicUrl }),
+    invitations: new InvitationService({
+      db,
+      clock,
+      access,
+      audit,
+      apiKeys,
+      notifier,
+      activity,
+      publicUrl: config.publicUrl,
+      logger,
+    }),
+    profile: new ProfileService({ db, clock, dataDir: config.dataDir, publicUrl: config.publicUrl }),
+    secrets: () => load().box,
+    secretKeySource: () => ({ source: load().source, path: load().path }),
+    async start() {
+      // Values sealed under a key now in ANVIL_SECRET_KEY_PREVIOUS move to the current key.
+      if (config.previousSecretKeys.length > 0) {
+        const resealed = await settings.reseal();
+        if (resealed > 0)
+          logger.info({ accounts: resealed }, 'settings secrets re-sealed under the current key');
+      }
+      await audit.prune();
+      pruneTimer = setInterval(() => {
+        audit.prune().catch((error: unknown) => logger.warn({ err: error }, 'audit retention purge failed'));
+      }, 3_600_000);
+      pruneTimer.unref();
+    },
+    async stop() {
+      if (pruneTimer) clearInterval(pruneTimer);
+      notifier.close();
+    },
+  };
+  return services;
+}

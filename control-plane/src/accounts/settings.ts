@@ -1,0 +1,807 @@
+import { randomBytes } from 'node:crypto';
+import { ApiError, type KeyScope } from '@anvil/shared';
+import { Ajv, type ValidateFunction } from 'ajv';
+import addFormats from 'ajv-formats';
+import { type AccessControl, type Actor, holds, type MemberAccess } from '../auth/access.ts';
+import type { Clock } from '../auth/clock.ts';
+import { SecretBox } from '../crypto/secret-box.ts';
+import type { Prisma } from '../db/generated/client.ts';
+import type { Database } from '../db/index.ts';
+import type { AuditLog } from './audit.ts';
+import { DeliveryError, type Notifier } from './notifications.ts';
+import { GITHUB_USERNAME } from './profile.ts';
+import type { RolePermission, RoleScope } from './roles.ts';
+import {
+  defaultSettings,
+  MASK,
+  READ_ONLY_PATHS,
+  SECTION_NAMES,
+  SECTION_SCHEMAS,
+  type SectionName,
+  type ShortSettingsInput,
+} from './settings-schema.ts';
+import {
+  checkCountry,
+  checkEmail,
+  checkHttpUrl,
+  checkIpList,
+  checkTimeZone,
+  validationError,
+} from './validation.ts';
+
+type Json = Record<string, unknown>;
+
+/** Who reads and who changes each section. Billing also needs an API key with the billing scope. */
+export const SECTION_ACCESS: Record<
+  SectionName,
+  { scope: RoleScope; write: RolePermission; keyScope?: KeyScope }
+> = {
+  notifications: { scope: 'accounts', write: 'write' },
+  billing: { scope: 'billing', write: 'manage_billing', keyScope: 'billing' },
+  security: { scope: 'security', write: 'manage_security' },
+  integrations: { scope: 'integrations', write: 'manage_integrations' },
+  preferences: { scope: 'accounts', write: 'write' },
+};
+
+/** Fields stored sealed (AES-256-GCM) and masked when read; `*` walks an array. */
+const SECRET_PATHS: string[][] = [
+  ['notifications', 'webhook', 'secret'],
+  ['notifications', 'slack', 'webhook_url'],
+  ['integrations', 'github', 'access_token'],
+  ['integrations', 'monitoring', 'datadog', 'api_key'],
+  ['integrations', 'docker', 'registries', '*', 'access_token'],
+  ['security', 'two_factor', 'backup_codes'],
+];
+
+export const SETTINGS_FORMAT_VERSION = '2.0';
+export const MERGE_STRATEGIES = ['merge', 'overwrite'] as const;
+export type MergeStrategy = (typeof MERGE_STRATEGIES)[number];
+
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+const clone = <T>(value: T): T => structuredClone(value);
+
+/** Objects merge key by key; arrays, scalars and null replace. */
+export function deepMerge(base: unknown, patch: unknown): unknown {
+  if (!isObject(base) || !isObject(patch)) return clone(patch);
+  const out: Json = clone(base);
+  for (const [key, value] of Object.entries(patch)) {
+    if (value === undefined) continue;
+    out[key] = key in out ? deepMerge(out[key], value) : clone(value);
+  }
+  return out;
+}
+
+/** Applies `fn` to every secret field present in a settings document; returns a new document. */
+function mapSecrets(doc: Json, fn: (value: unknown, key: string) => unknown): Json {
+  const out = clone(doc);
+  const walk = (node: unknown, path: string[], key: string[]) => {
+    if (path.length === 0 || node === null || typeof node !== 'object') return;
+    const [head, ...rest] = path as [string, ...string[]];
+    if (head === '*') {
+      if (Array.isArray(node)) for (const item of node) walk(item, rest, key);
+      return;
+    }
+    const holder = node as Json;
+    if (!(head in holder)) return;
+    if (rest.length === 0) {
+      const value = holder[head];
+      if (value !== null && value !== undefined) holder[head] = fn(value, [...key, head].join('.'));
+      return;
+    }
+    walk(holder[head], rest, [...key, head]);
+  };
+  for (const path of SECRET_PATHS) walk(out, path, []);
+  return out;
+}
+
+function flatten(value: unknown, prefix: string, out: Map<string, string>): Map<string, string> {
+  if (isObject(value)) {
+    for (const [key, child] of Object.entries(value)) flatten(child, prefix ? `${prefix}.${key}` : key, out);
+  } else {
+    out.set(prefix, JSON.stringify(value));
+  }
+  return out;
+}
+
+function get(doc: unknown, path: string[]): unknown {
+  let node = doc;
+  for (const key of path) {
+    if (!isObject(node)) return undefined;
+    node = node[key];
+  }
+  return node;
+}
+
+function ajvField(error: { instancePath?: string; params?: Record<string, unknown> }): string {
+  const path = (error.instancePath ?? '').replace(/^\//, '').replaceAll('/', '.');
+  const leaf = (error.params?.['missingProperty'] ?? error.params?.['additionalProperty']) as
+    | string
+    | undefined;
+  return [path, leaf].filter(Boolean).join('.');
+}
+
+export interface NotificationTestInput {
+  type: 'webhook' | 'slack' | 'email';
+  webhook_url?: string | undefined;
+  channel?: string | undefined;
+  email?: string | undefined;
+}
+
+/**
+ * Account settings: one JSON document per account holding only what was set (defaults fill the rest),
+ * with secret fields sealed under the secret box. Every section is validated in full on every change:
+ * the schema (types, enums, ranges), then what a schema cannot say (IANA time zones, ISO country codes,
+ * CIDR lists, URLs, fields an enabled switch needs).
+ */
+export class SettingsService {
+  private readonly validators: Record<SectionName, ValidateFunction>;
+
+  constructor(
+    private readonly deps: {
+      db: Database;
+      clock: Clock;
+      access: AccessControl;
+      audit: AuditLog;
+      notifier: Notifier;
+      secrets: () => SecretBox;
+    },
+  ) {
+    const ajv = addFormats.default(
+      new Ajv({
+        removeAdditional: false,
+        useDefaults: true,
+        allErrors: false,
+        strict: false,
+        coerceTypes: false,
+      }),
+    );
+    this.validators = Object.fromEntries(
+      SECTION_NAMES.map((name) => [name, ajv.compile(SECTION_SCHEMAS[name] as object)]),
+    ) as Record<SectionName, ValidateFunction>;
+  }
+
+  // ---- storage ----
+
+  private async ownerEmail(accountId: string): Promise<string | null> {
+    const owner = await this.deps.db.prisma.user.findFirst({
+      where: { accountId, role: 'owner' },
+      orderBy: { createdAt: 'asc' },
+      select: { email: true },
+    });
+    return owner?.email ?? null;
+  }
+
+  /** Stored overrides with secrets opened. */
+  private async loadPlain(accountId: string): Promise<{ data: Json; updatedAt: Date | null }> {
+    const row = await this.deps.db.prisma.accountSettings.findUnique({ where: { accountId } });
+    if (!row) return { data: {}, updatedAt: null };
+    return { data: this.open(accountId, row.data as Json), updatedAt: row.updatedAt };
+  }
+
+  private open(accountId: string, sealed: Json): Json {
+    const box = this.deps.secrets();
+    return mapSecrets(sealed, (value, key) => {
+      if (!SecretBox.isSealed(value)) return value;
+      const text = box.open(value, `${accountId}:${key}`);
+      return key === 'security.two_factor.backup_codes' ? JSON.parse(text) : text;
+    });
+  }
+
+  private seal(accountId: string, plain: Json): Json {
+    const box = this.deps.secrets();
+    return mapSecrets(plain, (value, key) =>
+      box.seal(typeof value === 'string' ? value : JSON.stringify(value), `${accountId}:${key}`),
+    );
+  }
+
+  private async save(accountId: string, plain: Json, actorId: string | null): Promise<Date> {
+    const now = this.deps.clock.now();
+    const data = this.seal(accountId, plain) as Prisma.InputJsonValue;
+    await this.deps.db.prisma.accountSettings.upsert({
+      where: { accountId },
+      create: { accountId, data, updatedAt: now, updatedById: actorId },
+      update: { data, updatedAt: now, updatedById: actorId },
+    });
+    return now;
+  }
+
+  /** Effective settings (defaults + overrides), plain: for the domain's own use (limits, deliveries). */
+  async effective(accountId: string): Promise<Record<SectionName, Json>> {
+    const [{ data }, email] = await Promise.all([this.loadPlain(accountId), this.ownerEmail(accountId)]);
+    return deepMerge(defaultSettings(email), data) as Record<SectionName, Json>;
+  }
+
+  private masked(section: Json, sectionName: SectionName): Json {
+    const wrapped = mapSecrets({ [sectionName]: section }, (value) =>
+      Array.isArray(value) ? value.map(() => MASK) : MASK,
+    );
+    return wrapped[sectionName] as Json;
+  }
+
+  // ---- access ----
+
+  private readable(member: MemberAccess, actor: Actor, section: SectionName): boolean {
+    const rule = SECTION_ACCESS[section];
+    if (rule.keyScope && !actor.principal.scopes.includes(rule.keyScope)) return false;
+    return holds(member, 'read', rule.scope) !== null;
+  }
+
+  private async requireRead(actor: Actor, section: SectionName): Promise<MemberAccess> {
+    const rule = SECTION_ACCESS[section];
+    return this.deps.access.require(actor, {
+      permission: 'read',
+      scope: rule.scope,
+      keyScope: rule.keyScope,
+      action: `settings_${section}_read_attempt`,
+    });
+  }
+
+  private async requireWrite(actor: Actor, section: SectionName): Promise<MemberAccess> {
+    const rule = SECTION_ACCESS[section];
+    return this.deps.access.require(actor, {
+      permission: rule.write,
+      scope: rule.scope,
+      keyScope: rule.keyScope,
+      action: `settings_${section}_update_attempt`,
+    });
+  }
+
+  // ---- reading ----
+
+  async getAll(actor: Actor) {
+    const member = await this.deps.access.caller(actor);
+    const all = await this.effective(member.accountId);
+    const { updatedAt } = await this.loadPlain(member.accountId);
+    const settings: Json = {};
+    const restricted: string[] = [];
+    for (const name of SECTION_NAMES) {
+      if (this.readable(member, actor, name)) settings[name] = this.masked(all[name], name);
+      else restricted.push(name);
+    }
+    return { settings, restricted, updatedAt: updatedAt ? updatedAt.toISOString() : null };
+  }
+
+  async getSection(actor: Actor, section: SectionName) {
+    const member = await this.requireRead(actor, section);
+    const all = await this.effective(member.accountId);
+    return this.masked(all[section], section);
+  }
+
+  // ---- changing ----
+
+  /**
+   * The section's new stored overrides after an update: read-only fields dropped, masked secrets kept,
+   * merged (or replacing, for overwrite), then checked in full. Throws VALIDATION_ERROR with the field
+   * relative to the section.
+   */
+  private nextSection(
+    section: SectionName,
+    current: Json,
+    input: Json,
+    strategy: MergeStrategy,
+    ownerEmail: string | null,
+  ): { overrides: Json; generated: string[] | null } {
+    const given = clone(input);
+    for (const path of READ_ONLY_PATHS) {
+      if (path[0] !== section) continue;
+      let node: unknown = given;
+      for (const key of path.slice(1, -1)) node = isObject(node) ? node[key] : undefined;
+      if (isObject(node)) delete node[path[path.length - 1]!];
+    }
+    // "********" sent back for a secret keeps the stored value.
+    const keepMasked = mapSecrets({ [section]: given }, (value, key) => {
+      if (value !== MASK) return value;
+      if (key === 'integrations.docker.registries.access_token') return value;
+      return get({ [section]: current }, key.split('.')) ?? null;
+    })[section] as Json;
+    if (section === 'integrations') {
+      const registries = get(keepMasked, ['docker', 'registries']);
+      const before = (get(current, ['docker', 'registries']) as Json[] | undefined) ?? [];
+      if (Array.isArray(registries)) {
+        for (const registry of registries as Json[]) {
+          if (registry['access_token'] === MASK) {
+            registry['access_token'] =
+              before.find((r) => r['url'] === registry['url'])?.['access_token'] ?? null;
+          }
+        }
+      }
+    }
+    const overrides = (strategy === 'merge' ? deepMerge(current, keepMasked) : keepMasked) as Json;
+    const view = deepMerge(defaultSettings(ownerEmail)[section], overrides) as Json;
+    let generated: string[] | null = null;
+    if (section === 'security') {
+      const wasOn = get(current, ['two_factor', 'enabled']) === true;
+      const isOn = get(view, ['two_factor', 'enabled']) === true;
+      if (isOn && !wasOn) {
+        generated = Array.from({ length: 10 }, () => {
+          const code = randomBytes(5).toString('hex');
+          return `${code.slice(0, 5)}-${code.slice(5)}`;
+        });
+        overrides['two_factor'] = { ...(overrides['two_factor'] as Json), backup_codes: generated };
+      } else if (isOn && wasOn && get(overrides, ['two_factor', 'backup_codes']) === undefined) {
+        const kept = get(current, ['two_factor', 'backup_codes']);
+        if (kept !== undefined)
+          overrides['two_factor'] = { ...(overrides['two_factor'] as Json), backup_codes: kept };
+      } else if (!isOn && isObject(overrides['two_factor'])) {
+        delete (overrides['two_factor'] as Json)['backup_codes'];
+      }
+    }
+    this.check(section, view, overrides);
+    return { overrides, generated };
+  }
+
+  /** What schemas cannot say; canonical values (time zones) are written back into `overrides`. */
+  private check(section: SectionName, view: Json, overrides: Json): void {
+    const setCanonical = (path: string[], value: unknown) => {
+      let node: Json = overrides;
+      for (const key of path.slice(0, -1)) {
+        if (!isObject(node[key])) return;
+        node = node[key] as Json;
+      }
+      if (path[path.length - 1]! in node) node[path[path.length - 1]!] = value;
+    };
+    const url = (path: string[], required: boolean, reason: string) => {
+      const value = get(view, path);
+      if (value === null || value === undefined || value === '') {
+        if (required) throw validationError(path.join('.'), reason);
+        return;
+      }
+      checkHttpUrl(String(value), path.join('.'));
+    };
+    switch (section) {
+      case 'notifications': {
+        url(
+          ['slack', 'webhook_url'],
+          get(view, ['slack', 'enabled']) === true,
+          'is required when slack is enabled',
+        );
+        url(
+          ['webhook', 'url'],
+          get(view, ['webhook', 'enabled']) === true,
+          'is required when the webhook is enabled',
+        );
+        break;
+      }
+      case 'billing': {
+        setCanonical(['timezone'], checkTimeZone(String(get(view, ['timezone'])), 'timezone'));
+        const country = get(view, ['billing_address', 'country']);
+        if (country !== null && country !== undefined)
+          checkCountry(String(country), 'billing_address.country');
+        if (
+          get(view, ['auto_recharge', 'enabled']) === true &&
+          !((get(view, ['auto_recharge', 'amount']) as number) > 0)
+        ) {
+          throw validationError('auto_recharge.amount', 'must be above 0 when auto_recharge is enabled');
+        }
+        break;
+      }
+      case 'security': {
+        const list = (get(view, ['api_access', 'ip_whitelist']) as string[]) ?? [];
+        checkIpList(list, 'api_access.ip_whitelist');
+        if (get(view, ['api_access', 'require_ip_whitelist']) === true && list.length === 0) {
+          throw validationError(
+            'api_access.require_ip_whitelist',
+            'needs a non-empty ip_whitelist (an empty list would refuse every request)',
+          );
+        }
+        break;
+      }
+      case 'integrations': {
+        const username = get(view, ['github', 'username']);
+        if (typeof username === 'string' && !GITHUB_USERNAME.test(username)) {
+          throw validationError(
+            'github.username',
+            'must be a GitHub username: 1-39 letters, digits or single hyphens',
+          );
+        }
+        if (get(view, ['github', 'enabled']) === true && !get(view, ['github', 'access_token'])) {
+          throw validationError('github.access_token', 'is required when github is enabled');
+        }
+        const registries = (get(view, ['docker', 'registries']) as Json[]) ?? [];
+        registries.forEach((registry, index) => {
+          const value = String(registry['url']);
+          const ok = /^https?:\/\//.test(value)
+            ? (() => {
+                try {
+                  checkHttpUrl(value, 'x');
+                  return true;
+                } catch {
+                  return false;
+                }
+              })()
+            : /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?(\/[a-z0-9._/-]*)?$/i.test(value);
+          if (!ok) {
+            throw validationError(
+              `docker.registries.${index}.url`,
+              'must be a registry host[:port][/path] or an https URL',
+            );
+          }
+        });
+        if (
+          get(view, ['monitoring', 'datadog', 'enabled']) === true &&
+          !get(view, ['monitoring', 'datadog', 'api_key'])
+        ) {
+          throw validationError('monitoring.datadog.api_key', 'is required when datadog is enabled');
+        }
+        url(
+          ['monitoring', 'grafana', 'url'],
+          get(view, ['monitoring', 'grafana', 'enabled']) === true,
+          'is required when grafana is enabled',
+        );
+        break;
+      }
+      case 'preferences': {
+        setCanonical(['timezone'], checkTimeZone(String(get(view, ['timezone'])), 'timezone'));
+        break;
+      }
+    }
+  }
+
+  async updateSection(actor: Actor, section: SectionName, input: Json) {
+    const member = await this.requireWrite(actor, section);
+    const [{ data }, email] = await Promise.all([
+      this.loadPlain(member.accountId),
+      this.ownerEmail(member.accountId),
+    ]);
+    const { overrides, generated } = this.nextSection(
+      section,
+      (data[section] as Json) ?? {},
+      input,
+      'merge',
+      email,
+    );
+    const next = { ...data, [section]: overrides };
+    const updatedAt = await this.save(member.accountId, next, member.userId);
+    await this.auditChange(actor, member, [section], data, next);
+    const view = this.masked(deepMerge(defaultSettings(email)[section], overrides) as Json, section);
+    if (generated) {
+      // Shown once, here; afterwards only masked.
+      (view['two_factor'] as Json)['backup_codes'] = generated;
+    }
+    return { section: view, updatedAt: updatedAt.toISOString() };
+  }
+
+  /** The short form: notifications switches, 2FA and session timeout, default GPU type and region. */
+  async updateShort(actor: Actor, input: ShortSettingsInput) {
+    const patches: Partial<Record<SectionName, Json>> = {};
+    if (input.notifications) {
+      const n = input.notifications;
+      patches.notifications = {
+        ...(n.email !== undefined ? { email: { enabled: n.email } } : {}),
+        ...(n.slack !== undefined ? { slack: { enabled: n.slack } } : {}),
+        ...(n.webhook !== undefined ? { webhook: { enabled: n.webhook } } : {}),
+      };
+    }
+    if (input.security) {
+      const s = input.security;
+      patches.security = {
+        ...(s.twoFactorAuth !== undefined ? { two_factor: { enabled: s.twoFactorAuth } } : {}),
+        ...(s.sessionTimeout !== undefined ? { session: { timeout: s.sessionTimeout } } : {}),
+      };
+    }
+    if (input.defaults) {
+      const d = input.defaults;
+      patches.preferences = {
+        ...(d.defaultGpuType !== undefined ? { default_gpu_type: d.defaultGpuType } : {}),
+        ...(d.defaultRegion !== undefined ? { default_region: d.defaultRegion } : {}),
+      };
+    }
+    const result = await this.applyMany(actor, patches, 'merge', false);
+    return {
+      message:
+        result.sections.length > 0 ? `settings updated: ${result.sections.join(', ')}` : 'nothing to update',
+      updatedAt: result.updatedAt ?? this.deps.clock.now().toISOString(),
+      sections: result.sections,
+    };
+  }
+
+  /** Validates every section first (schema, then domain), then writes them all at once. */
+  private async applyMany(
+    actor: Actor,
+    patches: Partial<Record<SectionName, Json>>,
+    strategy: MergeStrategy,
+    validateOnly: boolean,
+    fieldPrefix = '',
+  ) {
+    const names = SECTION_NAMES.filter((name) => patches[name] !== undefined);
+    let member: MemberAccess | null = null;
+    for (const name of names) member = await this.requireWrite(actor, name);
+    member ??= await this.deps.access.caller(actor);
+    const [{ data }, email] = await Promise.all([
+      this.loadPlain(member.accountId),
+      this.ownerEmail(member.accountId),
+    ]);
+    const next: Json = { ...data };
+    const generated: Record<string, string[]> = {};
+    for (const name of names) {
+      const input = clone(patches[name]!);
+      const validate = this.validators[name];
+      if (!validate(input)) {
+        const error: {
+          keyword?: string;
+          message?: string;
+          instancePath?: string;
+          params?: Record<string, unknown>;
+        } = validate.errors?.[0] ?? {};
+        const inner = ajvField(error);
+        const reason =
+          error.keyword === 'additionalProperties'
+            ? 'is not an allowed field'
+            : (error.message ?? 'is invalid');
+        const field = [fieldPrefix + name, inner].filter(Boolean).join('.');
+        throw validationError(field, reason, { section: name });
+      }
+      try {
+        const out = this.nextSection(name, (data[name] as Json) ?? {}, input as Json, strategy, email);
+        next[name] = out.overrides;
+        if (out.generated) generated[name] = out.generated;
+      } catch (error) {
+        if (error instanceof ApiError && error.code === 'VALIDATION_ERROR' && error.details) {
+          const field = `${fieldPrefix}${name}.${String(error.details['field'])}`;
+          throw validationError(field, String(error.details['reason']), { section: name });
+        }
+        throw error;
+      }
+    }
+    const before = deepMerge(defaultSettings(email), data) as Json;
+    const after = deepMerge(defaultSettings(email), next) as Json;
+    const changes = names.map((name) => {
+      const a = flatten(before[name], '', new Map());
+      const b = flatten(after[name], '', new Map());
+      const fields = [...new Set([...a.keys(), ...b.keys()])]
+        .filter((key) => a.get(key) !== b.get(key))
+        .sort();
+      return { section: name, fields };
+    });
+    let updatedAt: string | null = null;
+    if (!validateOnly && names.length > 0) {
+      updatedAt = (await this.save(member.accountId, next, member.userId)).toISOString();
+      await this.auditChange(actor, member, names, data, next);
+    }
+    return { sections: names, changes, updatedAt, generated };
+  }
+
+  private async auditChange(
+    actor: Actor,
+    member: MemberAccess,
+    sections: SectionName[],
+    before: Json,
+    after: Json,
+  ) {
+    if (!sections.includes('security')) return;
+    const a = flatten(before['security'] ?? {}, '', new Map());
+    const b = flatten(after['security'] ?? {}, '', new Map());
+    const fields = [...new Set([...a.keys(), ...b.keys()])].filter(
+      (k) => a.get(k) !== b.get(k) && !k.includes('backup_codes'),
+    );
+    if (fields.length === 0) return;
+    await this.deps.audit.record({
+      accountId: member.accountId,
+      type: 'permission_change',
+      action: 'security_settings_updated',
+      actor: { userId: member.userId, ip: actor.ip },
+      details: { fields },
+    });
+  }
+
+  // ---- notifications test ----
+
+  async testNotification(actor: Actor, input: NotificationTestInput) {
+    const member = await this.requireWrite(actor, 'notifications');
+    const all = await this.effective(member.accountId);
+    const n = all.notifications;
+    const timestamp = this.deps.clock.now().toISOString();
+    const fail = (error: unknown): never => {
+      if (error instanceof DeliveryError) {
+        throw new ApiError('NOTIFICATION_FAILED', `${input.type} test failed: ${error.message}`, {
+          type: input.type,
+          reason: error.message,
+          statusCode: error.statusCode,
+          body: error.body,
+        });
+      }
+      throw error;
+    };
+    switch (input.type) {
+      case 'webhook': {
+        const url = input.webhook_url ?? (get(n, ['webhook', 'url']) as string | null);
+        if (!url) throw validationError('webhook_url', 'is required: no webhook URL is configured');
+        checkHttpUrl(url, 'webhook_url');
+        const secret = (get(n, ['webhook', 'secret']) as string | null) ?? null;
+        const result = await this.deps.notifier
+          .webhook(url, secret, {
+            type: 'test',
+            accountId: member.accountId,
+            data: { message: 'Test delivery from Anvil', requested_by: member.userId },
+          })
+          .catch(fail);
+        return {
+          type: 'webhook',
+          status: 'success',
+          message: secret
+            ? 'signed test event delivered'
+            : 'test event delivered unsigned (no secret configured)',
+          timestamp,
+          response: {
+            status_code: result.statusCode,
+            body: result.body.slice(0, 1000),
+            delivery_id: result.id,
+            signed: result.signature !== null,
+          },
+        };
+      }
+      case 'slack': {
+        const url = input.webhook_url ?? (get(n, ['slack', 'webhook_url']) as string | null);
+        if (!url) throw validationError('webhook_url', 'is required: no chat webhook URL is configured');
+        checkHttpUrl(url, 'webhook_url');
+        const channel = input.channel ?? (get(n, ['slack', 'channel']) as string | null);
+        const result = await this.deps.notifier
+          .chat(url, { text: ':white_check_mark: Test notification from Anvil', channel })
+          .catch(fail);
+        return {
+          type: 'slack',
+          status: 'success',
+          message: `test message posted${channel ? ` to ${channel}` : ''}`,
+          timestamp,
+          response: { status_code: result.statusCode, slack_response: result.body.slice(0, 1000) },
+        };
+      }
+      case 'email': {
+        const given = input.email ? checkEmail(input.email) : null;
+        if (!this.deps.notifier.emailConfigured) {
+          throw new ApiError(
+            'SERVICE_UNAVAILABLE',
+            'e-mail is not configured on this server (ANVIL_SMTP_URL)',
+            {
+              type: 'email',
+              variable: 'ANVIL_SMTP_URL',
+            },
+          );
+        }
+        const to = given ?? (get(n, ['email', 'email']) as string | null);
+        if (!to) throw validationError('email', 'is required: the account has no notification address');
+        const result = await this.deps.notifier
+          .email({
+            to,
+            subject: 'Anvil test notification',
+            text: `This is a test notification from Anvil for account ${member.accountId}.`,
+          })
+          .catch(fail);
+        return {
+          type: 'email',
+          status: 'success',
+          message: `test e-mail accepted for ${to}`,
+          timestamp,
+          response: { smtp_response: result.response, message_id: result.messageId, to },
+        };
+      }
+    }
+  }
+
+  // ---- export and import ----
+
+  async export(
+    actor: Actor,
+    options: { format: 'json' | 'yaml'; includeSecrets: boolean; sections?: string[] | undefined },
+  ) {
+    const member = await this.deps.access.caller(actor);
+    let names: SectionName[];
+    if (options.sections && options.sections.length > 0) {
+      const unknown = options.sections.filter((s) => !(SECTION_NAMES as string[]).includes(s));
+      if (unknown.length > 0) {
+        throw validationError(
+          'sections',
+          `unknown section ${unknown.join(', ')}; sections: ${SECTION_NAMES.join(', ')}`,
+        );
+      }
+      names = [...new Set(options.sections)] as SectionName[];
+      for (const name of names) await this.requireRead(actor, name);
+    } else {
+      names = SECTION_NAMES.filter((name) => this.readable(member, actor, name));
+    }
+    if (options.includeSecrets) {
+      await this.deps.access.require(actor, {
+        permission: 'manage_security',
+        scope: 'security',
+        action: 'export_secrets_attempt',
+      });
+    }
+    const all = await this.effective(member.accountId);
+    const settings: Json = {};
+    for (const name of names)
+      settings[name] = options.includeSecrets ? all[name] : this.masked(all[name], name);
+    return {
+      export: {
+        timestamp: this.deps.clock.now().toISOString(),
+        format: options.format,
+        include_secrets: options.includeSecrets,
+        settings,
+        metadata: {
+          version: SETTINGS_FORMAT_VERSION,
+          account_id: member.accountId,
+          exported_by: member.userId,
+        },
+      },
+    };
+  }
+
+  /**
+   * Imports sections (from an export or by hand). `merge` changes the fields given; `overwrite`
+   * replaces each given section (unset fields return to their defaults). Everything is validated before
+   * anything is written; with validate_only nothing is written. Masked secrets keep the stored values.
+   */
+  async import(
+    actor: Actor,
+    input: {
+      settings: Json;
+      merge_strategy?: string | undefined;
+      validate_only?: boolean | undefined;
+      version?: string | undefined;
+    },
+  ) {
+    const strategy = (input.merge_strategy ?? 'merge') as MergeStrategy;
+    if (!(MERGE_STRATEGIES as readonly string[]).includes(strategy)) {
+      throw validationError('merge_strategy', `must be one of ${MERGE_STRATEGIES.join(', ')}`);
+    }
+    if (input.version !== undefined && input.version !== SETTINGS_FORMAT_VERSION) {
+      throw validationError('metadata.version', `must be ${SETTINGS_FORMAT_VERSION}`);
+    }
+    const unknown = Object.keys(input.settings).filter((key) => !(SECTION_NAMES as string[]).includes(key));
+    if (unknown.length > 0) {
+      throw validationError(
+        `settings.${unknown[0]}`,
+        `is not a settings section (${SECTION_NAMES.join(', ')})`,
+      );
+    }
+    const patches: Partial<Record<SectionName, Json>> = {};
+    for (const [key, value] of Object.entries(input.settings)) {
+      if (!isObject(value)) throw validationError(`settings.${key}`, 'must be an object');
+      patches[key as SectionName] = value;
+    }
+    if (Object.keys(patches).length === 0) throw validationError('settings', 'names no section to import');
+    const validateOnly = input.validate_only ?? false;
+    const result = await this.applyMany(actor, patches, strategy, validateOnly, 'settings.');
+    return {
+      valid: true,
+      validate_only: validateOnly,
+      merge_strategy: strategy,
+      applied: !validateOnly,
+      sections: result.sections,
+      changes: result.changes,
+      updatedAt: result.updatedAt,
+      message: validateOnly
+        ? `valid: ${result.sections.length} section(s) would change as listed`
+        : `imported ${result.sections.length} section(s)`,
+    };
+  }
+
+  /** The account's limit on active keys per member (security.api_access.max_api_keys). */
+  async maxApiKeys(accountId: string): Promise<number> {
+    const all = await this.effective(accountId);
+    return Number(get(all.security, ['api_access', 'max_api_keys']) ?? 25);
+  }
+
+  /** Seals values still under a previous ANVIL_SECRET_KEY with the current one (key rotation). */
+  async reseal(): Promise<number> {
+    const box = this.deps.secrets();
+    const rows = await this.deps.db.prisma.accountSettings.findMany();
+    let changed = 0;
+    for (const row of rows) {
+      let stale = false;
+      mapSecrets(row.data as Json, (value) => {
+        if (SecretBox.isSealed(value) && box.needsReseal(value)) stale = true;
+        return value;
+      });
+      if (!stale) continue;
+      const plain = this.open(row.accountId, row.data as Json);
+      await this.deps.db.prisma.accountSettings.update({
+        where: { accountId: row.accountId },
+        data: { data: this.seal(row.accountId, plain) as Prisma.InputJsonValue },
+      });
+      changed += 1;
+    }
+    return changed;
+  }
+}

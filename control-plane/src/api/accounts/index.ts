@@ -1,0 +1,14 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { AppContext } from '../../context.ts';
+import { permissionRoutes } from './permissions.ts';
+import { profileRoutes } from './profile.ts';
+import { settingsRoutes } from './settings.ts';
+import { teamRoutes } from './team.ts';
+
+/** /v2/accounts: profile, team, roles and permissions, settings. */
+export const accountRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (app, { context }) => {
+  await app.register(profileRoutes, { context });
+  await app.register(teamRoutes, { context });
+  await app.register(permissionRoutes, { context });
+  await app.register(settingsRoutes, { context });
+};

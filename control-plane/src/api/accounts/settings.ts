@@ -1,0 +1,280 @@
+import { ApiError } from '@anvil/shared';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import YAML from 'yaml';
+import { SECTION_ACCESS } from '../../accounts/settings.ts';
+import {
+  MASK,
+  SECTION_NAMES,
+  SECTION_SCHEMAS,
+  type SectionName,
+  ShortSettingsBody,
+  StringEnum,
+} from '../../accounts/settings-schema.ts';
+import type { AppContext } from '../../context.ts';
+import { flatErrors } from '../../http/error-body.ts';
+import { AnyObject, actorOf, DateTime, Nullable } from './common.ts';
+
+const tags = ['settings'];
+
+const SETTINGS_DESCRIPTION =
+  'Who may: notifications and preferences need accounts read (to read) or write (to change); billing ' +
+  'needs billing read / manage_billing and an API key with the billing scope (else 403 ' +
+  'INSUFFICIENT_PERMISSIONS with requiredScope); security needs security read / manage_security; ' +
+  'integrations need integrations read / manage_integrations. Secret fields (webhook secret, chat webhook ' +
+  `URL, access tokens, API keys, 2FA backup codes) are stored encrypted (AES-256-GCM) and read as "${MASK}"; ` +
+  `sending "${MASK}" back keeps the stored value. Read-only fields (notifications.email.email, ` +
+  'billing.payment_method, security.two_factor.backup_codes) are ignored in updates.';
+
+export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (
+  app,
+  { context },
+) => {
+  const settings = context.accounts.settings;
+  const config = { scope: 'accounts' as const };
+
+  // Imports may be sent as YAML, as exports may be read as YAML.
+  app.addContentTypeParser(
+    ['application/yaml', 'application/x-yaml', 'text/yaml'],
+    { parseAs: 'string' },
+    (_request, body, done) => {
+      try {
+        done(null, YAML.parse(body as string, { maxAliasCount: 100 }));
+      } catch (error) {
+        done(
+          new ApiError('VALIDATION_ERROR', 'request body is not valid YAML', {
+            field: 'body',
+            reason: (error as Error).message,
+          }),
+          undefined,
+        );
+      }
+    },
+  );
+
+  app.get(
+    '/v2/accounts/settings',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Every settings section the caller may read',
+        description: `${SETTINGS_DESCRIPTION} Sections the caller may not read are left out and named in \`restricted\`.`,
+        response: {
+          200: Type.Object({
+            settings: AnyObject,
+            restricted: Type.Array(Type.String()),
+            updatedAt: Nullable(DateTime),
+          }),
+          ...flatErrors(401, 403, 429),
+        },
+      },
+    },
+    async (request) => settings.getAll(actorOf(request)),
+  );
+
+  app.put(
+    '/v2/accounts/settings',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Change settings (short form)',
+        description:
+          'notifications.{email,slack,webhook} switch the channels; security.twoFactorAuth and ' +
+          'sessionTimeout (hours 1-168); defaults.defaultGpuType and defaultRegion set preferences. Each ' +
+          'section touched needs its permission.',
+        body: ShortSettingsBody,
+        response: {
+          200: Type.Object({
+            message: Type.String(),
+            updatedAt: DateTime,
+            sections: Type.Array(Type.String()),
+          }),
+          ...flatErrors(400, 401, 403, 429),
+        },
+      },
+    },
+    async (request) => settings.updateShort(actorOf(request), request.body),
+  );
+
+  for (const section of SECTION_NAMES) {
+    const rule = SECTION_ACCESS[section];
+    app.put(
+      `/v2/accounts/settings/${section}`,
+      {
+        config,
+        schema: {
+          tags,
+          summary: `Change ${section} settings (fields given change; others stay)`,
+          description: `Needs ${rule.write} on ${rule.scope}${rule.keyScope ? ` and a key with the ${rule.keyScope} scope` : ''}. ${SETTINGS_DESCRIPTION}`,
+          body: SECTION_SCHEMAS[section],
+          response: {
+            200: Type.Object({ [section]: AnyObject, updatedAt: DateTime }),
+            ...flatErrors(400, 401, 403, 429),
+          },
+        },
+      },
+      async (request) => {
+        const result = await settings.updateSection(
+          actorOf(request),
+          section as SectionName,
+          request.body as Record<string, unknown>,
+        );
+        return { [section]: result.section, updatedAt: result.updatedAt };
+      },
+    );
+  }
+
+  app.post(
+    '/v2/accounts/settings/notifications/test',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Send a real test notification',
+        description:
+          'webhook: POSTs a signed `test` event to webhook_url (or the configured URL) — headers ' +
+          'X-Anvil-Event, X-Anvil-Delivery, X-Anvil-Timestamp (unix seconds, also `timestamp` in the body) and ' +
+          'X-Anvil-Signature: sha256=<hex HMAC-SHA256 of the raw body under notifications.webhook.secret>; ' +
+          'verify it over the exact bytes, in constant time, and refuse timestamps older than 5 minutes. ' +
+          'slack: POSTs {text, channel} to the chat webhook URL. email: sends through ANVIL_SMTP_URL to the ' +
+          'given or configured address (503 when e-mail is not configured). A receiver that refuses or cannot ' +
+          'be reached answers 502 NOTIFICATION_FAILED. Private and loopback addresses are refused unless ' +
+          'ANVIL_OUTBOUND_ALLOW_PRIVATE=true.',
+        body: Type.Object(
+          {
+            type: StringEnum(['webhook', 'slack', 'email'] as const),
+            webhook_url: Type.Optional(Type.String({ maxLength: 2048 })),
+            channel: Type.Optional(Type.String({ maxLength: 80, pattern: '^[#@]?[A-Za-z0-9._-]+$' })),
+            email: Type.Optional(Type.String({ maxLength: 254 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Type.Object({
+            test: Type.Object({
+              type: Type.String(),
+              status: Type.String(),
+              message: Type.String(),
+              timestamp: DateTime,
+              response: AnyObject,
+            }),
+          }),
+          ...flatErrors(400, 401, 403, 429, 502, 503),
+        },
+      },
+    },
+    async (request) => ({ test: await settings.testNotification(actorOf(request), request.body) }),
+  );
+
+  app.get(
+    '/v2/accounts/settings/export',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Export settings as JSON or YAML',
+        description:
+          'Secrets are masked unless include_secrets=true, which needs manage_security (403 otherwise). ' +
+          'Without `sections`, every section the caller may read; naming one the caller may not read is 403. ' +
+          'format=yaml answers application/yaml with the same document.',
+        querystring: Type.Object(
+          {
+            format: Type.Optional(StringEnum(['json', 'yaml'] as const)),
+            include_secrets: Type.Optional(Type.Boolean({ default: false })),
+            sections: Type.Optional(
+              Type.String({ maxLength: 200, description: `Comma-separated: ${SECTION_NAMES.join(', ')}` }),
+            ),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: Type.Object({ export: AnyObject }), ...flatErrors(400, 401, 403, 429) },
+      },
+    },
+    async (request, reply) => {
+      const format = request.query.format ?? 'json';
+      const result = await settings.export(actorOf(request), {
+        format,
+        includeSecrets: request.query.include_secrets ?? false,
+        sections: request.query.sections
+          ?.split(',')
+          .map((s) => s.trim())
+          .filter(Boolean),
+      });
+      if (format === 'yaml') {
+        return reply
+          .type('application/yaml; charset=utf-8')
+          .header('content-disposition', 'attachment; filename="anvil-settings.yaml"')
+          .serializer((payload: unknown) => YAML.stringify(payload))
+          .send(result);
+      }
+      return result;
+    },
+  );
+
+  app.post(
+    '/v2/accounts/settings/import',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Import settings (JSON or YAML body; an export document is accepted as it is)',
+        description:
+          'merge_strategy merge (default) changes the fields given; overwrite replaces each given section, ' +
+          'unset fields returning to their defaults. Every section is validated (and permission-checked) ' +
+          'before anything is written; validate_only writes nothing and reports what would change. Errors ' +
+          'name the field as settings.<section>.<path>.',
+        body: Type.Object(
+          {
+            settings: Type.Optional(AnyObject),
+            export: Type.Optional(
+              Type.Object(
+                {
+                  settings: AnyObject,
+                  metadata: Type.Optional(Type.Object({ version: Type.Optional(Type.String()) })),
+                },
+                { additionalProperties: true },
+              ),
+            ),
+            metadata: Type.Optional(
+              Type.Object({ version: Type.Optional(Type.String()) }, { additionalProperties: true }),
+            ),
+            merge_strategy: Type.Optional(StringEnum(['merge', 'overwrite'] as const)),
+            validate_only: Type.Optional(Type.Boolean({ default: false })),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Type.Object({
+            valid: Type.Boolean(),
+            validate_only: Type.Boolean(),
+            merge_strategy: Type.String(),
+            applied: Type.Boolean(),
+            sections: Type.Array(Type.String()),
+            changes: Type.Array(Type.Object({ section: Type.String(), fields: Type.Array(Type.String()) })),
+            updatedAt: Nullable(DateTime),
+            message: Type.String(),
+          }),
+          ...flatErrors(400, 401, 403, 415, 429),
+        },
+      },
+    },
+    async (request) => {
+      const body = request.body;
+      const source = body.settings ?? body.export?.settings;
+      if (!source) {
+        throw new ApiError('VALIDATION_ERROR', 'body field "settings" is required', {
+          field: 'settings',
+          reason: 'is required',
+        });
+      }
+      return settings.import(actorOf(request), {
+        settings: source as Record<string, unknown>,
+        merge_strategy: body.merge_strategy,
+        validate_only: body.validate_only,
+        version: body.metadata?.version ?? body.export?.metadata?.version,
+      });
+    },
+  );
+};

@@ -1,0 +1,249 @@
+import { Inventory, WorkloadSpec } from '@anvil/shared/protocol';
+import { type TSchema, Type } from '@sinclair/typebox';
+
+const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+const DateTime = Type.String({ format: 'date-time' });
+
+export const JoinTokenRecord = Type.Object(
+  {
+    id: Type.String({ description: 'jt_<id>' }),
+    description: Nullable(Type.String()),
+    prefix: Type.String({ description: 'The first characters of the value, to recognise the token' }),
+    region: Nullable(Type.String({ description: 'Region label given to hosts that register with it' })),
+    maxUses: Nullable(
+      Type.Integer({ description: '1 = single use; null = any number of uses until expiry' }),
+    ),
+    useCount: Type.Integer(),
+    remainingUses: Nullable(Type.Integer()),
+    status: Type.Union([
+      Type.Literal('active'),
+      Type.Literal('expired'),
+      Type.Literal('revoked'),
+      Type.Literal('used_up'),
+    ]),
+    expiresAt: DateTime,
+    revokedAt: Nullable(DateTime),
+    lastUsedAt: Nullable(DateTime),
+    createdAt: DateTime,
+    createdByUserId: Nullable(Type.String()),
+    createdByKeyId: Nullable(Type.String()),
+  },
+  { $id: 'HostJoinToken' },
+);
+
+export const CreateJoinTokenBody = Type.Object(
+  {
+    description: Type.Optional(Type.String({ maxLength: 500 })),
+    maxUses: Type.Optional(
+      Nullable(
+        Type.Integer({
+          minimum: 1,
+          maximum: 1_000_000,
+          description: 'Default 1 (single use). null: any number of hosts may register until expiry.',
+        }),
+      ),
+    ),
+    expiresIn: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 31_536_000,
+        description: 'Seconds until the token expires (default 86400). Not with expiresAt.',
+      }),
+    ),
+    expiresAt: Type.Optional(
+      Type.String({ format: 'date-time', description: 'ISO 8601, at most a year ahead' }),
+    ),
+    region: Type.Optional(Type.String({ minLength: 1, maxLength: 64, pattern: '^[a-z0-9][a-z0-9-]*$' })),
+  },
+  { additionalProperties: false },
+);
+
+export const CreatedJoinToken = Type.Object({
+  token: Type.Ref('HostJoinToken'),
+  value: Type.String({ description: 'The token itself. Shown once: only its hash is stored.' }),
+  installCommand: Type.String({ description: 'How to install the agent on a server with this token' }),
+  message: Type.String(),
+});
+
+export const JoinTokenIdParams = Type.Object({ token_id: Type.String({ maxLength: 64 }) });
+export const HostIdParams = Type.Object({ host_id: Type.String({ maxLength: 64 }) });
+export const WorkloadIdParams = Type.Object({ workload_id: Type.String({ maxLength: 128 }) });
+
+const HostFields = {
+  id: Type.String({ description: 'host_<id>' }),
+  name: Type.String(),
+  hostname: Type.String(),
+  region: Nullable(Type.String()),
+  status: Type.Union(
+    [
+      Type.Literal('registered'),
+      Type.Literal('ready'),
+      Type.Literal('unreachable'),
+      Type.Literal('cordoned'),
+    ],
+    { description: 'state, or cordoned for a ready host that takes no new work' },
+  ),
+  state: Type.Union([Type.Literal('registered'), Type.Literal('ready'), Type.Literal('unreachable')], {
+    description:
+      'registered: has a credential, never connected; ready: heartbeats arrive; unreachable: none within the grace period',
+  }),
+  cordoned: Type.Boolean(),
+  cordonedAt: Nullable(DateTime),
+  cordonReason: Nullable(Type.String()),
+  connected: Type.Boolean({
+    description: 'The agent is connected to a control-plane process and heartbeating',
+  }),
+  simulated: Type.Boolean({
+    description: 'The GPU inventory was declared with --simulate-gpus: no real devices',
+  }),
+  agentVersion: Nullable(Type.String()),
+  protocolVersion: Nullable(Type.Integer()),
+  lastHeartbeatAt: Nullable(DateTime),
+  heartbeatAgeSeconds: Nullable(Type.Number()),
+  unreachableSince: Nullable(DateTime),
+  connectedAt: Nullable(DateTime),
+  disconnectedAt: Nullable(DateTime),
+  gpus: Type.Object({
+    count: Type.Integer(),
+    models: Type.Array(Type.String()),
+    memoryTotalBytes: Nullable(Type.Number()),
+    simulated: Type.Boolean(),
+    source: Nullable(Type.String({ description: 'nvml, nvidia-smi, simulated or none' })),
+    driverVersion: Nullable(Type.String()),
+    cudaVersion: Nullable(Type.String()),
+  }),
+  cpu: Type.Object({
+    model: Nullable(Type.String()),
+    cores: Nullable(Type.Integer()),
+    threads: Nullable(Type.Integer()),
+  }),
+  memoryBytes: Nullable(Type.Number()),
+  docker: Type.Object({
+    version: Nullable(Type.String()),
+    nvidiaRuntime: Type.Boolean(),
+    error: Nullable(Type.String()),
+  }),
+  workloads: Type.Object(
+    { total: Type.Integer(), running: Type.Integer(), gpusAllocated: Type.Integer() },
+    { description: 'Allocations: workloads not yet gone, those desired running, and the GPUs they hold' },
+  ),
+  desiredGeneration: Type.Integer({ description: 'Generation of the desired set last changed' }),
+  ackedGeneration: Nullable(Type.Integer({ description: 'Highest generation the agent acknowledged' })),
+  createdAt: DateTime,
+  updatedAt: DateTime,
+};
+
+export const HostRecord = Type.Object(HostFields, { $id: 'Host' });
+
+export const HostWorkload = Type.Object({
+  id: Type.String(),
+  kind: Type.String(),
+  ownerAccountId: Type.String(),
+  image: Type.String(),
+  desired: Type.String(),
+  phase: Type.String(),
+  hostUnreachable: Type.Boolean(),
+  gpus: Type.Array(Type.Integer(), { description: 'GPU indices assigned' }),
+});
+
+export const HostDetailRecord = Type.Object(
+  {
+    ...HostFields,
+    inventory: Nullable(Inventory),
+    workloadList: Type.Array(HostWorkload, { description: 'Workloads on the host that are not yet gone' }),
+  },
+  { $id: 'HostDetail' },
+);
+
+export const ReasonBody = Type.Object(
+  { reason: Type.Optional(Type.String({ maxLength: 500 })) },
+  { additionalProperties: false },
+);
+
+export const DeleteHostQuery = Type.Object({
+  force: Type.Optional(
+    Type.Boolean({ description: 'Delete a host that still has workloads; they are marked deleted with it' }),
+  ),
+});
+
+export const MetricsQuery = Type.Object({
+  kind: Type.Optional(Type.Union([Type.Literal('host'), Type.Literal('gpu'), Type.Literal('container')])),
+  series: Type.Optional(Type.String({ maxLength: 128, description: 'GPU UUID or workload id' })),
+  from: Type.Optional(Type.String({ format: 'date-time', description: 'Default: an hour before `to`' })),
+  to: Type.Optional(Type.String({ format: 'date-time', description: 'Default: now' })),
+  resolution: Type.Optional(
+    Type.Union([Type.Literal('raw'), Type.Literal('1m')], {
+      description: 'raw samples (kept 24 h) or one-minute rollups (kept 30 days); default raw',
+    }),
+  ),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000 })),
+});
+
+export const MetricsResponse = Type.Object({
+  hostId: Type.String(),
+  kind: Type.String(),
+  resolution: Type.String(),
+  from: DateTime,
+  to: DateTime,
+  points: Type.Array(
+    Type.Object({
+      series: Type.String(),
+      at: DateTime,
+      samples: Type.Optional(Type.Integer()),
+      data: Type.Record(Type.String(), Type.Unknown()),
+      info: Type.Optional(Nullable(Type.Record(Type.String(), Type.Unknown()))),
+    }),
+  ),
+});
+
+export const WorkloadRecord = Type.Object({
+  id: Type.String(),
+  hostId: Type.String(),
+  kind: Type.String(),
+  ownerAccountId: Type.String(),
+  spec: WorkloadSpec,
+  desired: Type.String(),
+  phase: Type.String(),
+  actualStatus: Nullable(
+    Type.Record(Type.String(), Type.Unknown(), {
+      description:
+        'The last WorkloadStatus the agent reported (container id, state, exit code, error, ports)',
+    }),
+  ),
+  actualAt: Nullable(DateTime),
+  pullProgress: Nullable(Type.Record(Type.String(), Type.Unknown())),
+  hostUnreachable: Type.Boolean(),
+  generation: Type.Integer(),
+  createdAt: DateTime,
+  updatedAt: DateTime,
+});
+
+export const LogsQuery = Type.Object({
+  after: Type.Optional(Type.Integer({ minimum: 0, description: 'Sequence number to continue after' })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 5_000 })),
+});
+
+export const LogsResponse = Type.Object({
+  workloadId: Type.String(),
+  lines: Type.Array(
+    Type.Object({
+      seq: Type.Integer(),
+      containerId: Type.String(),
+      stream: Type.String(),
+      ts: Type.String(),
+      line: Type.String(),
+    }),
+  ),
+  next: Type.Integer({ description: 'Pass as `after` to get the lines that follow' }),
+  losses: Type.Array(
+    Type.Object({
+      containerId: Nullable(Type.String()),
+      lines: Type.Integer(),
+      bytes: Type.Integer(),
+      firstTs: Nullable(Type.String()),
+      lastTs: Nullable(Type.String()),
+      receivedAt: DateTime,
+    }),
+    { description: 'Lines the agent had to drop while it could not send (its buffer was full)' },
+  ),
+});

@@ -1,0 +1,30 @@
+/**
+ * What the fleet's domain modules tell the agent gateway, without importing it: a workload change means
+ * the host's desired set must be pushed; a deleted host's connection must be closed. Listeners run
+ * concurrently and their failures are theirs to log: the change itself is already committed, and an
+ * agent that misses a push gets the whole desired set again when it reconnects.
+ */
+export type FleetListener = (hostId: string) => Promise<void>;
+
+export class FleetEvents {
+  readonly #desired = new Set<FleetListener>();
+  readonly #deleted = new Set<FleetListener>();
+
+  onDesiredChanged(listener: FleetListener): () => void {
+    this.#desired.add(listener);
+    return () => this.#desired.delete(listener);
+  }
+
+  onHostDeleted(listener: FleetListener): () => void {
+    this.#deleted.add(listener);
+    return () => this.#deleted.delete(listener);
+  }
+
+  async desiredChanged(hostId: string): Promise<void> {
+    await Promise.allSettled([...this.#desired].map((listener) => listener(hostId)));
+  }
+
+  async hostDeleted(hostId: string): Promise<void> {
+    await Promise.allSettled([...this.#deleted].map((listener) => listener(hostId)));
+  }
+}

@@ -1,0 +1,82 @@
+import type { GatewayLogger } from '../agents/connection.ts';
+import { AgentGateway, type AgentGatewayOptions } from '../agents/gateway.ts';
+import type { Clock } from '../auth/clock.ts';
+import type { Config } from '../config.ts';
+import type { Database } from '../db/index.ts';
+import { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
+import { type TelemetryOptions, TelemetryService } from '../telemetry/telemetry.ts';
+import { WorkloadService } from '../workloads/workloads.ts';
+import { FleetEvents } from './events.ts';
+import { HostService } from './hosts.ts';
+import { JoinTokenService } from './join-tokens.ts';
+
+/** The host fleet's services, built once per process and started and stopped with it. */
+export interface Fleet {
+  events: FleetEvents;
+  joinTokens: JoinTokenService;
+  hosts: HostService;
+  workloads: WorkloadService;
+  telemetry: TelemetryService;
+  agents: AgentGateway;
+  /** The Prometheus registry behind /metrics. */
+  metrics: ControlPlaneMetrics;
+  useLogger(logger: GatewayLogger): void;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface FleetOptions {
+  telemetry?: TelemetryOptions;
+  gateway?: Partial<
+    Pick<
+      AgentGatewayOptions,
+      'handshakeTimeoutMs' | 'desiredAckTimeoutMs' | 'heartbeatFlushMs' | 'livenessIntervalMs'
+    >
+  >;
+}
+
+export function createFleet(
+  config: Pick<Config, 'heartbeatSeconds' | 'hostGraceSeconds' | 'metricsSeconds' | 'metricsToken'>,
+  db: Database,
+  clock: Clock,
+  options: FleetOptions = {},
+): Fleet {
+  const events = new FleetEvents();
+  const metrics = new ControlPlaneMetrics({ processMetrics: config.metricsToken !== null });
+  const hosts = new HostService(db, clock, events);
+  const workloads = new WorkloadService(db, clock, events);
+  const telemetry = new TelemetryService(db, clock, metrics, options.telemetry);
+  const agents = new AgentGateway({
+    config,
+    db,
+    clock,
+    hosts,
+    workloads,
+    telemetry,
+    events,
+    metrics,
+    ...options.gateway,
+  });
+  metrics.useSources({ db, clock, connectedAgents: () => agents.connectedCount });
+  return {
+    events,
+    joinTokens: new JoinTokenService(db, clock),
+    hosts,
+    workloads,
+    telemetry,
+    agents,
+    metrics,
+    useLogger(logger) {
+      agents.useLogger(logger);
+      telemetry.useErrorHandler((error, what) => logger.error({ err: error }, `${what} failed`));
+    },
+    async start() {
+      telemetry.start();
+      await agents.start();
+    },
+    async stop() {
+      await agents.stop();
+      await telemetry.stop();
+    },
+  };
+}

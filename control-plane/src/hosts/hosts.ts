@@ -1,0 +1,480 @@
+import { ApiError, newId } from '@anvil/shared';
+import type { Inventory } from '@anvil/shared/protocol';
+import { cleanJson, cleanText } from '../agents/sanitize.ts';
+import type { Clock } from '../auth/clock.ts';
+import type { Host, Prisma } from '../db/generated/client.ts';
+import type { Database } from '../db/index.ts';
+import type { FleetEvents } from './events.ts';
+import { type JoinTokenStatus, joinTokenStatus } from './join-tokens.ts';
+import { generateHostCredential, hashSecret } from './secrets.ts';
+
+/** Observed condition; `cordoned` is kept apart, as the operator's wish rather than an observation. */
+export type HostState = 'registered' | 'ready' | 'unreachable';
+/** One word for lists: the state, or `cordoned` for a ready host that takes no new work. */
+export type HostStatus = HostState | 'cordoned';
+
+export interface HostSummary {
+  id: string;
+  name: string;
+  hostname: string;
+  region: string | null;
+  status: HostStatus;
+  state: HostState;
+  cordoned: boolean;
+  cordonedAt: string | null;
+  cordonReason: string | null;
+  /** An agent socket is open on some control-plane process and heartbeats arrive. */
+  connected: boolean;
+  simulated: boolean;
+  agentVersion: string | null;
+  protocolVersion: number | null;
+  lastHeartbeatAt: string | null;
+  heartbeatAgeSeconds: number | null;
+  unreachableSince: string | null;
+  connectedAt: string | null;
+  disconnectedAt: string | null;
+  gpus: {
+    count: number;
+    models: string[];
+    memoryTotalBytes: number | null;
+    simulated: boolean;
+    source: string | null;
+    driverVersion: string | null;
+    cudaVersion: string | null;
+  };
+  cpu: { model: string | null; cores: number | null; threads: number | null };
+  memoryBytes: number | null;
+  docker: { version: string | null; nvidiaRuntime: boolean; error: string | null };
+  workloads: { total: number; running: number; gpusAllocated: number };
+  desiredGeneration: number;
+  ackedGeneration: number | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface HostWorkloadSummary {
+  id: string;
+  kind: string;
+  ownerAccountId: string;
+  image: string;
+  desired: string;
+  phase: string;
+  hostUnreachable: boolean;
+  gpus: number[];
+}
+
+export interface HostDetail extends HostSummary {
+  inventory: Inventory | null;
+  workloadList: HostWorkloadSummary[];
+}
+
+export type RegisterResult =
+  | { ok: true; hostId: string; credential: string }
+  | { ok: false; reason: string; tokenStatus: JoinTokenStatus | 'unknown' };
+
+export type AuthenticateResult = { ok: true; host: Host } | { ok: false; reason: string };
+
+interface WorkloadLite {
+  id: string;
+  kind: string;
+  ownerAccountId: string;
+  spec: Prisma.JsonValue;
+  desired: string;
+  phase: string;
+  hostUnreachable: boolean;
+}
+
+function specOf(spec: Prisma.JsonValue): { image: string; gpus: number[] } {
+  const value = (spec ?? {}) as { image?: unknown; gpus?: unknown };
+  const gpus = Array.isArray(value.gpus)
+    ? value.gpus.flatMap((g) => (typeof g?.index === 'number' ? [g.index as number] : []))
+    : [];
+  return { image: typeof value.image === 'string' ? value.image : '', gpus };
+}
+
+/** Not running and not going to: stopped or deleted and confirmed gone. */
+function isActive(workload: WorkloadLite): boolean {
+  return workload.desired === 'running' || !['stopped', 'removed'].includes(workload.phase);
+}
+
+function iso(date: Date | null): string | null {
+  return date ? date.toISOString() : null;
+}
+
+function summarise(row: Host, workloads: WorkloadLite[], now: Date): HostSummary {
+  const inventory = row.inventory as Inventory | null;
+  const devices = inventory?.gpus?.devices ?? [];
+  const memory = devices.map((d) => d.memoryTotalBytes);
+  const state = row.state as HostState;
+  const running = workloads.filter((w) => w.desired === 'running');
+  return {
+    id: row.id,
+    name: row.name,
+    hostname: row.hostname,
+    region: row.region,
+    status: state === 'ready' && row.cordoned ? 'cordoned' : state,
+    state,
+    cordoned: row.cordoned,
+    cordonedAt: iso(row.cordonedAt),
+    cordonReason: row.cordonReason,
+    connected: state === 'ready' && row.connectedReplicaId !== null,
+    simulated: row.simulated,
+    agentVersion: row.agentVersion,
+    protocolVersion: row.protocolVersion,
+    lastHeartbeatAt: iso(row.lastHeartbeatAt),
+    heartbeatAgeSeconds: row.lastHeartbeatAt
+      ? Math.max(0, Math.round((now.getTime() - row.lastHeartbeatAt.getTime()) / 100) / 10)
+      : null,
+    unreachableSince: iso(row.unreachableSince),
+    connectedAt: iso(row.connectedAt),
+    disconnectedAt: iso(row.disconnectedAt),
+    gpus: {
+      count: devices.length,
+      models: [...new Set(devices.map((d) => d.name))].sort(),
+      memoryTotalBytes: memory.every((m) => typeof m === 'number')
+        ? memory.reduce<number>((sum, m) => sum + (m ?? 0), 0)
+        : null,
+      simulated: row.simulated,
+      source: inventory?.gpus?.source ?? null,
+      driverVersion: inventory?.gpus?.driverVersion ?? null,
+      cudaVersion: inventory?.gpus?.cudaVersion ?? null,
+    },
+    cpu: {
+      model: inventory?.host?.cpu?.model ?? null,
+      cores: inventory?.host?.cpu?.cores ?? null,
+      threads: inventory?.host?.cpu?.threads ?? null,
+    },
+    memoryBytes: inventory?.host?.memoryBytes ?? null,
+    docker: {
+      version: inventory?.docker?.version ?? null,
+      nvidiaRuntime: inventory?.docker?.nvidiaRuntime ?? false,
+      error: inventory?.docker?.error ?? null,
+    },
+    workloads: {
+      total: workloads.filter(isActive).length,
+      running: running.length,
+      gpusAllocated: running.reduce((sum, w) => sum + specOf(w.spec).gpus.length, 0),
+    },
+    desiredGeneration: row.desiredGeneration,
+    ackedGeneration: row.ackedGeneration,
+    createdAt: row.createdAt.toISOString(),
+    updatedAt: row.updatedAt.toISOString(),
+  };
+}
+
+const WORKLOAD_LITE = {
+  id: true,
+  kind: true,
+  ownerAccountId: true,
+  spec: true,
+  desired: true,
+  phase: true,
+  hostUnreachable: true,
+} as const;
+
+/**
+ * The fleet of hosts: registration with a join token, authentication of every later connection by its
+ * credential, liveness bookkeeping, and the operators' cordon, drain and delete. Free of HTTP and of
+ * sockets: the agent gateway calls in, and hears of deletions through FleetEvents.
+ */
+export class HostService {
+  constructor(
+    private readonly db: Database,
+    private readonly clock: Clock,
+    private readonly events: FleetEvents,
+  ) {}
+
+  /**
+   * Trades a join token for a new host and its credential. The token's use is counted in the same
+   * transaction as the host is created, with the limit in the UPDATE's condition, so concurrent
+   * registrations can never use a token more often than it allows.
+   */
+  async register(input: {
+    joinToken: string;
+    hostname: string;
+    agentVersion: string;
+  }): Promise<RegisterResult> {
+    const now = this.clock.now();
+    const hash = hashSecret(input.joinToken);
+    const credential = generateHostCredential();
+    const hostname = cleanText(input.hostname.trim(), 255) || 'unnamed';
+    const hostId = newId('host');
+    const registered = await this.db.prisma.$transaction(async (tx) => {
+      const used = await tx.$queryRawUnsafe<{ id: string; region: string | null }[]>(
+        `UPDATE host_join_tokens SET use_count = use_count + 1, last_used_at = $2
+         WHERE hash = $1 AND revoked_at IS NULL AND expires_at > $2 AND (max_uses IS NULL OR use_count < max_uses)
+         RETURNING id, region`,
+        hash,
+        now,
+      );
+      const token = used[0];
+      if (!token) return false;
+      await tx.host.create({
+        data: {
+          id: hostId,
+          name: hostname,
+          hostname,
+          region: token.region,
+          credentialHash: hashSecret(credential),
+          agentVersion: cleanText(input.agentVersion, 64),
+          joinTokenId: token.id,
+          createdAt: now,
+        },
+      });
+      return true;
+    });
+    if (registered) return { ok: true, hostId, credential };
+
+    const token = await this.db.prisma.hostJoinToken.findUnique({ where: { hash } });
+    if (!token) return { ok: false, reason: 'unknown join token', tokenStatus: 'unknown' };
+    const status = joinTokenStatus(token, now);
+    const reasons: Record<JoinTokenStatus, string> = {
+      revoked: `join token ${token.id} has been revoked`,
+      expired: `join token ${token.id} expired at ${token.expiresAt.toISOString()}`,
+      used_up: `join token ${token.id} has been used ${token.useCount} of ${token.maxUses} times`,
+      active: `join token ${token.id} could not be used; try again`,
+    };
+    return { ok: false, reason: reasons[status], tokenStatus: status };
+  }
+
+  /** Checks a hello's credential: it must be this host's, and the host must not be deleted. */
+  async authenticate(hostId: string, credential: string): Promise<AuthenticateResult> {
+    const host = await this.db.prisma.host.findUnique({ where: { credentialHash: hashSecret(credential) } });
+    if (!host || host.id !== hostId) return { ok: false, reason: `unknown credential for host ${hostId}` };
+    if (host.deletedAt) {
+      return {
+        ok: false,
+        reason: `host ${hostId} was deleted; register the machine again with a new join token`,
+      };
+    }
+    return { ok: true, host };
+  }
+
+  /** A welcomed connection: the host is ready again and its workloads are no longer marked unreachable. */
+  async markConnected(
+    hostId: string,
+    input: {
+      replicaId: string;
+      connectionId: string;
+      agentVersion: string;
+      protocolVersion: number;
+      inventory: Inventory;
+    },
+  ): Promise<void> {
+    const now = this.clock.now();
+    const inventory = cleanJson(input.inventory);
+    await this.db.prisma.$transaction([
+      this.db.prisma.host.update({
+        where: { id: hostId },
+        data: {
+          state: 'ready',
+          lastHeartbeatAt: now,
+          unreachableSince: null,
+          connectedReplicaId: input.replicaId,
+          connectionId: input.connectionId,
+          connectedAt: now,
+          agentVersion: cleanText(input.agentVersion, 64),
+          protocolVersion: input.protocolVersion,
+          ...this.inventoryFields(inventory),
+        },
+      }),
+      this.db.prisma.workload.updateMany({
+        where: { hostId, hostUnreachable: true },
+        data: { hostUnreachable: false },
+      }),
+    ]);
+  }
+
+  private inventoryFields(inventory: Inventory) {
+    return {
+      inventory: inventory as unknown as Prisma.InputJsonValue,
+      simulated: inventory.gpus.simulated,
+      gpuCount: inventory.gpus.devices.length,
+      hostname: cleanText(inventory.host.hostname, 255) || 'unnamed',
+    };
+  }
+
+  async updateInventory(hostId: string, inventory: Inventory): Promise<void> {
+    await this.db.prisma.host.updateMany({
+      where: { id: hostId, deletedAt: null },
+      data: this.inventoryFields(cleanJson(inventory)),
+    });
+  }
+
+  /** Only the connection that holds the host clears it: a replaced connection's late close changes nothing. */
+  async markDisconnected(hostId: string, connectionId: string): Promise<void> {
+    await this.db.prisma.host.updateMany({
+      where: { id: hostId, connectionId },
+      data: { connectedReplicaId: null, connectionId: null, disconnectedAt: this.clock.now() },
+    });
+  }
+
+  /**
+   * Writes a batch of heartbeats in one statement. Returns the hosts that were unreachable and are
+   * ready again (a connection whose heartbeats resumed), after clearing their workloads' mark.
+   */
+  async recordHeartbeats(beats: { hostId: string; at: Date }[]): Promise<string[]> {
+    if (beats.length === 0) return [];
+    const now = this.clock.now();
+    const rows = await this.db.sql.query<{ id: string; old_state: string }>(
+      `UPDATE hosts AS h
+       SET last_heartbeat_at = GREATEST(COALESCE(h.last_heartbeat_at, s.at), s.at),
+           state = 'ready', unreachable_since = NULL, updated_at = $3
+       FROM (SELECT v.id, v.at, h0.state AS old_state
+             FROM unnest($1::text[], $2::timestamptz[]) AS v(id, at) JOIN hosts h0 ON h0.id = v.id) AS s
+       WHERE h.id = s.id AND h.deleted_at IS NULL
+       RETURNING h.id, s.old_state`,
+      [beats.map((b) => b.hostId), beats.map((b) => b.at.toISOString()), now.toISOString()],
+    );
+    const recovered = rows.filter((r) => r.old_state === 'unreachable').map((r) => r.id);
+    if (recovered.length > 0) {
+      await this.db.sql.query(
+        'UPDATE workloads SET host_unreachable = false, updated_at = $2 WHERE host_id = ANY($1::text[]) AND host_unreachable',
+        [recovered, now.toISOString()],
+      );
+    }
+    return recovered;
+  }
+
+  /**
+   * Marks ready hosts without a heartbeat since `cutoff` unreachable, and their workloads with them.
+   * Workloads are only marked: nothing is stopped or rescheduled, and the agent keeps them running.
+   * Safe to run on every replica at once: the conditions are re-checked under each row's lock.
+   */
+  async markUnreachable(cutoff: Date): Promise<{ id: string; name: string }[]> {
+    const now = this.clock.now();
+    const hosts = await this.db.sql.query<{ id: string; name: string }>(
+      `UPDATE hosts SET state = 'unreachable', unreachable_since = $2, updated_at = $2
+       WHERE state = 'ready' AND deleted_at IS NULL AND (last_heartbeat_at IS NULL OR last_heartbeat_at < $1)
+       RETURNING id, name`,
+      [cutoff.toISOString(), now.toISOString()],
+    );
+    if (hosts.length > 0) {
+      await this.db.sql.query(
+        `UPDATE workloads SET host_unreachable = true, updated_at = $2
+         WHERE host_id = ANY($1::text[]) AND NOT host_unreachable AND NOT (desired = 'deleted' AND phase = 'removed')`,
+        [hosts.map((h) => h.id), now.toISOString()],
+      );
+    }
+    return hosts;
+  }
+
+  /** The agent applied desired generation `generation`. */
+  async recordAck(hostId: string, generation: number): Promise<void> {
+    await this.db.sql.query(
+      'UPDATE hosts SET acked_generation = GREATEST(COALESCE(acked_generation, 0), $2) WHERE id = $1',
+      [hostId, generation],
+    );
+  }
+
+  /** The replica and connection holding the host's socket, if it is connected and ready. */
+  async connection(hostId: string): Promise<{ replicaId: string; connectionId: string } | null> {
+    const host = await this.find(hostId);
+    if (host.state !== 'ready' || !host.connectedReplicaId || !host.connectionId) return null;
+    return { replicaId: host.connectedReplicaId, connectionId: host.connectionId };
+  }
+
+  private async find(hostId: string): Promise<Host> {
+    const host = await this.db.prisma.host.findUnique({ where: { id: hostId } });
+    if (!host || host.deletedAt) throw new ApiError('HOST_NOT_FOUND', `no host ${hostId}`, { hostId });
+    return host;
+  }
+
+  async list(): Promise<HostSummary[]> {
+    const rows = await this.db.prisma.host.findMany({
+      where: { deletedAt: null },
+      orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
+      include: { workloads: { select: WORKLOAD_LITE } },
+    });
+    const now = this.clock.now();
+    return rows.map(({ workloads, ...row }) => summarise(row, workloads, now));
+  }
+
+  async get(hostId: string): Promise<HostDetail> {
+    const host = await this.find(hostId);
+    const workloads = await this.db.prisma.workload.findMany({
+      where: { hostId },
+      select: WORKLOAD_LITE,
+      orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
+    });
+    return {
+      ...summarise(host, workloads, this.clock.now()),
+      inventory: host.inventory as Inventory | null,
+      workloadList: workloads.filter(isActive).map((w) => {
+        const spec = specOf(w.spec);
+        return {
+          id: w.id,
+          kind: w.kind,
+          ownerAccountId: w.ownerAccountId,
+          image: spec.image,
+          desired: w.desired,
+          phase: w.phase,
+          hostUnreachable: w.hostUnreachable,
+          gpus: spec.gpus,
+        };
+      }),
+    };
+  }
+
+  /** Nothing new is placed on a cordoned host; what runs there keeps running. */
+  async cordon(hostId: string, reason: string | null): Promise<HostDetail> {
+    const host = await this.find(hostId);
+    await this.db.prisma.host.update({
+      where: { id: hostId },
+      data: host.cordoned
+        ? { cordonReason: reason ?? host.cordonReason }
+        : { cordoned: true, cordonedAt: this.clock.now(), cordonReason: reason },
+    });
+    return this.get(hostId);
+  }
+
+  async uncordon(hostId: string): Promise<HostDetail> {
+    await this.find(hostId);
+    await this.db.prisma.host.update({
+      where: { id: hostId },
+      data: { cordoned: false, cordonedAt: null, cordonReason: null },
+    });
+    return this.get(hostId);
+  }
+
+  /**
+   * Drain: cordon, and report what still runs. Nothing is moved or stopped by force; the workloads'
+   * owners (or the operator) stop them, and the host is empty once `remaining` is.
+   */
+  async drain(
+    hostId: string,
+    reason: string | null,
+  ): Promise<{ host: HostDetail; remaining: HostWorkloadSummary[] }> {
+    const host = await this.cordon(hostId, reason ?? 'draining');
+    return { host, remaining: host.workloadList };
+  }
+
+  /**
+   * Deletes a host: its credential stops working at once and its connection is closed. A host with
+   * workloads that are not yet gone is refused unless `force`, which marks them deleted with it.
+   */
+  async delete(hostId: string, force: boolean): Promise<HostDetail> {
+    const detail = await this.get(hostId);
+    if (detail.workloadList.length > 0 && !force) {
+      throw new ApiError(
+        'HOST_HAS_WORKLOADS',
+        `host ${hostId} still has ${detail.workloadList.length} workload(s); stop them first or pass force=true`,
+        { hostId, workloads: detail.workloadList.map((w) => w.id) },
+      );
+    }
+    const now = this.clock.now();
+    await this.db.prisma.$transaction([
+      this.db.prisma.workload.updateMany({
+        where: { hostId, NOT: { desired: 'deleted', phase: 'removed' } },
+        data: { desired: 'deleted', phase: 'removed' },
+      }),
+      this.db.prisma.host.update({
+        where: { id: hostId },
+        data: { deletedAt: now, connectedReplicaId: null, connectionId: null, disconnectedAt: now },
+      }),
+    ]);
+    await this.events.hostDeleted(hostId);
+    const host = await this.db.prisma.host.findUniqueOrThrow({ where: { id: hostId } });
+    return { ...detail, ...summarise(host, [], now), workloadList: [] };
+  }
+}

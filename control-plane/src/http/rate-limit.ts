@@ -1,0 +1,103 @@
+import { ApiError } from '@anvil/shared';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { RateLimitOutcome, RateLimitService } from '../ratelimit/service.ts';
+
+/** Text for the OpenAPI description: what the limits are and how they behave. */
+export const RATE_LIMITS_DESCRIPTION = `**Rate limits.** Limits are per account (every key of the account
+counts together) in fixed windows: UTC clock hours, UTC days for training jobs. Every authenticated request
+counts against its tier limit — read (GET), write (POST, PUT, PATCH, DELETE) or AI services (anything under
+/ai) — and, where the operation is in the spec's endpoint table (GET /accounts/* 500/h, POST /clusters 20/h,
+POST /training/jobs 10/h, ...; matched with or without the /v1 or /v2 prefix), against that endpoint
+limit too; POST /training/jobs also counts against training jobs per day. Both apply: the most
+restrictive wins. Every authenticated response, errors included, carries \`X-RateLimit-Limit\`,
+\`X-RateLimit-Remaining\`, \`X-RateLimit-Reset\` (Unix time, seconds) and \`X-RateLimit-Window\` (seconds)
+of the applicable limit with the fewest requests left. A refused request answers 429 with \`Retry-After\`;
+it is not counted and changes nothing. A tier limit answers \`RATE_LIMITED\` (with \`retry_after\`), an
+endpoint limit \`RATE_LIMIT_EXCEEDED\`; both carry details {limit, remaining, reset_at, retry_after}.
+
+**X-Priority: high.** Once a limit is spent, requests sent with \`X-Priority: high\` may still use a reserve
+of 10% of the limit (at least one request) in that window; they also carry \`X-RateLimit-Reserve-Remaining\`.
+Ordinary requests never touch the reserve, so it is there for the critical call that must get through.
+
+**Temporary boost.** POST /v2/auth/temporary-boost multiplies every limit of the account (tier and endpoint;
+unlimited stays unlimited) by 1 < multiplier <= 10 for 1m to 72h, recorded with its reason and the key that
+asked. One boost at a time: asking while one is active answers 409 BOOST_ALREADY_ACTIVE.
+
+**Across replicas.** Counters live in PostgreSQL and every control-plane process counts locally, adding
+its counts to the shared counter in one statement every second. A process syncs before deciding on a counter
+it has not synced for 5 s, and never holds more than A = max(1, floor(limit/100)) requests the database has not
+confirmed. One process counts exactly; N processes may together admit at most N*A - 1 requests above a limit in
+a window (about N% of it). @fastify/rate-limit was not used: its store is asked on every request, counts refused
+requests, applies one limit per route, and reports the reset as seconds rather than a Unix time.`;
+
+function isHighPriority(value: string | string[] | undefined): boolean {
+  return typeof value === 'string' && value.trim().toLowerCase() === 'high';
+}
+
+function setHeaders(reply: FastifyReply, outcome: RateLimitOutcome): void {
+  const { reported } = outcome;
+  reply.header('x-ratelimit-limit', reported.limit);
+  reply.header('x-ratelimit-remaining', reported.remaining);
+  reply.header('x-ratelimit-reset', Math.ceil(reported.resetAt / 1000));
+  reply.header('x-ratelimit-window', reported.windowSeconds);
+  if (outcome.reserveRemaining !== null)
+    reply.header('x-ratelimit-reserve-remaining', outcome.reserveRemaining);
+}
+
+/** The 429 of the spec: RATE_LIMITED for a tier limit, RATE_LIMIT_EXCEEDED for an endpoint limit. */
+export function rateLimitError(outcome: RateLimitOutcome): ApiError {
+  const { reported, retryAfterSeconds: retryAfter } = outcome;
+  const details = {
+    limit: reported.limit,
+    remaining: reported.remaining,
+    reset_at: new Date(reported.resetAt).toISOString(),
+    retry_after: retryAfter,
+    window_seconds: reported.windowSeconds,
+    limit_name: reported.name,
+  };
+  const headers = { 'retry-after': String(retryAfter) };
+  const per = reported.windowSeconds === 86_400 ? 'day' : 'hour';
+  if (reported.kind === 'endpoint') {
+    return new ApiError(
+      'RATE_LIMIT_EXCEEDED',
+      `${reported.name} is limited to ${reported.limit} requests per ${per}; retry in ${retryAfter} s`,
+      details,
+      { headers },
+    );
+  }
+  return new ApiError(
+    'RATE_LIMITED',
+    `rate limit of ${reported.limit} ${reported.name} per ${per} reached; retry in ${retryAfter} s`,
+    details,
+    { headers, extra: { retry_after: retryAfter } },
+  );
+}
+
+/**
+ * Counts every authenticated request against the account's limits. Runs as an onRequest hook after the
+ * key is resolved (authorize.ts) and before permissions are checked, so 403s count and carry the headers.
+ */
+export function installRateLimiting(app: FastifyInstance, limits: RateLimitService): void {
+  limits.useLogger(app.log);
+  // A callback hook: the decision is usually synchronous, so the request path makes no promise for it.
+  app.addHook('onRequest', (request, reply, done) => {
+    const principal = request.principal;
+    if (!principal) {
+      done();
+      return;
+    }
+    const finish = (outcome: RateLimitOutcome) => {
+      setHeaders(reply, outcome);
+      if (outcome.allowed) done();
+      else done(rateLimitError(outcome));
+    };
+    const outcome = limits.admit(
+      principal,
+      request.method,
+      request.routeOptions.url ?? request.url,
+      isHighPriority(request.headers['x-priority']),
+    );
+    if (outcome instanceof Promise) outcome.then(finish, done);
+    else finish(outcome);
+  });
+}

@@ -1,0 +1,170 @@
+import { ApiError, newId } from '@anvil/shared';
+import type { Clock } from '../auth/clock.ts';
+import type { Principal } from '../auth/principal.ts';
+import type { Database } from '../db/index.ts';
+import { type BackgroundLogger, silentLogger } from '../util/coalesce.ts';
+
+/** A temporary multiplier on an account's rate limits (POST /v2/auth/temporary-boost). */
+export interface Boost {
+  id: string;
+  accountId: string;
+  multiplier: number;
+  reason: string;
+  startsAt: Date;
+  expiresAt: Date;
+  createdByKeyId: string;
+  createdAt: Date;
+}
+
+export interface BoostRequest {
+  multiplier: number;
+  /** `<n>m`, `<n>h` or `<n>d`. */
+  duration: string;
+  reason: string;
+}
+
+/** Bounds of a boost: a boost may raise limits, never lower them, and never for long. */
+export const BOOST_MIN_MULTIPLIER = 1;
+export const BOOST_MAX_MULTIPLIER = 10;
+export const BOOST_MIN_DURATION_MS = 60_000;
+export const BOOST_MAX_DURATION_MS = 72 * 3_600_000;
+export const BOOST_REASON_MAX = 500;
+
+const CHANNEL = 'anvil_rate_limit_boosts';
+const UNIT_MS: Record<string, number> = { m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+function invalid(field: string, reason: string): ApiError {
+  return new ApiError('VALIDATION_ERROR', `${field} ${reason}`, { field, reason });
+}
+
+/** `30m`, `24h`, `3d` → milliseconds; anything else, or outside 1m..72h, is a VALIDATION_ERROR. */
+export function parseBoostDuration(duration: string): number {
+  const match = /^(\d{1,6})([mhd])$/.exec(duration);
+  if (!match) throw invalid('duration', 'must look like 30m, 24h or 3d');
+  const ms = Number(match[1]) * (UNIT_MS[match[2]!] ?? 0);
+  if (ms < BOOST_MIN_DURATION_MS || ms > BOOST_MAX_DURATION_MS) {
+    throw invalid('duration', 'must be between 1m and 72h');
+  }
+  return ms;
+}
+
+/**
+ * Boosts: recorded in rate_limit_boosts with their reason and the key that asked, and held in memory for
+ * the hot path. Every process loads the active boosts at start, again whenever another process announces
+ * one (LISTEN/NOTIFY), and every 30 s as a safety net; expiry is checked against the clock at use.
+ *
+ * One boost at a time per account: asking while one is active answers 409 BOOST_ALREADY_ACTIVE rather
+ * than replacing it, so a boost cannot be stretched indefinitely by re-asking and every boost keeps
+ * the reason it was granted for. Ask again once it has expired.
+ */
+export class BoostRegistry {
+  private active = new Map<string, Boost>();
+  private timer: NodeJS.Timeout | null = null;
+  private unlisten: (() => Promise<void>) | null = null;
+  private logger: BackgroundLogger = silentLogger;
+
+  constructor(
+    private readonly db: Database,
+    private readonly clock: Clock,
+    private readonly refreshMs = 30_000,
+  ) {}
+
+  useLogger(logger: BackgroundLogger): void {
+    this.logger = logger;
+  }
+
+  async start(): Promise<void> {
+    this.unlisten = await this.db.listen(CHANNEL, () => void this.reloadQuietly());
+    await this.reload();
+    this.timer = setInterval(() => void this.reloadQuietly(), this.refreshMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.unlisten?.();
+  }
+
+  /** The account's boost in force at `nowMs`, if any. */
+  activeFor(accountId: string, nowMs: number): Boost | null {
+    const boost = this.active.get(accountId);
+    if (!boost) return null;
+    return boost.startsAt.getTime() <= nowMs && nowMs < boost.expiresAt.getTime() ? boost : null;
+  }
+
+  multiplierFor(accountId: string, nowMs: number): number {
+    return this.activeFor(accountId, nowMs)?.multiplier ?? 1;
+  }
+
+  async create(caller: Principal, request: BoostRequest): Promise<Boost> {
+    const { multiplier } = request;
+    if (
+      !Number.isFinite(multiplier) ||
+      multiplier <= BOOST_MIN_MULTIPLIER ||
+      multiplier > BOOST_MAX_MULTIPLIER
+    ) {
+      throw invalid(
+        'multiplier',
+        `must be greater than ${BOOST_MIN_MULTIPLIER} and at most ${BOOST_MAX_MULTIPLIER}`,
+      );
+    }
+    const durationMs = parseBoostDuration(request.duration);
+    const reason = request.reason.trim();
+    if (reason.length === 0 || reason.length > BOOST_REASON_MAX) {
+      throw invalid('reason', `must be 1-${BOOST_REASON_MAX} characters`);
+    }
+    const now = this.clock.now();
+    const boost = await this.db.prisma.$transaction(async (tx) => {
+      // Serialises boosts of one account across processes: the check and the insert see the same state.
+      await tx.$queryRaw`SELECT id FROM accounts WHERE id = ${caller.accountId} FOR UPDATE`;
+      const current = await tx.rateLimitBoost.findFirst({
+        where: { accountId: caller.accountId, startsAt: { lte: now }, expiresAt: { gt: now } },
+        orderBy: { expiresAt: 'desc' },
+      });
+      if (current) {
+        throw new ApiError(
+          'BOOST_ALREADY_ACTIVE',
+          `a boost is already active until ${current.expiresAt.toISOString()}; ask again once it has expired`,
+          {
+            boostId: current.id,
+            multiplier: current.multiplier,
+            expiresAt: current.expiresAt.toISOString(),
+          },
+        );
+      }
+      return tx.rateLimitBoost.create({
+        data: {
+          id: newId('boost'),
+          accountId: caller.accountId,
+          multiplier,
+          reason,
+          startsAt: now,
+          expiresAt: new Date(now.getTime() + durationMs),
+          createdByKeyId: caller.keyId,
+          createdAt: now,
+        },
+      });
+    });
+    this.active.set(boost.accountId, boost);
+    await this.db.notify(CHANNEL, boost.accountId);
+    return boost;
+  }
+
+  private async reload(): Promise<void> {
+    const now = this.clock.now();
+    const rows = await this.db.prisma.rateLimitBoost.findMany({
+      where: { expiresAt: { gt: now } },
+      orderBy: { startsAt: 'asc' },
+    });
+    this.active = new Map(rows.map((row) => [row.accountId, row]));
+  }
+
+  private async reloadQuietly(): Promise<void> {
+    try {
+      await this.reload();
+    } catch (error) {
+      this.logger.warn({ err: error }, 'rate-limit boosts could not be reloaded');
+    }
+  }
+}

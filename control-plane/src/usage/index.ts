@@ -1,0 +1,2 @@
+export * from './api-usage.ts';
+export * from './request-log.ts';

@@ -1,0 +1,280 @@
+import type { Clock } from '../auth/clock.ts';
+import type { Sql } from '../db/index.ts';
+import { type BackgroundLogger, coalesced, silentLogger } from '../util/coalesce.ts';
+
+/** One authenticated API request, as /v2/analytics/api-usage counts it. */
+export interface RequestRecord {
+  accountId: string;
+  keyId: string | null;
+  method: string;
+  /** The route pattern (`/v2/auth/api-keys/:key_id`), never the concrete URL. */
+  route: string;
+  statusCode: number;
+  durationMs: number;
+  /** Unix ms. */
+  at: number;
+}
+
+/**
+ * Upper bounds (ms) of the duration histogram kept per rollup row; one more bucket holds the rest.
+ * Percentiles are estimated from it the way Prometheus' histogram_quantile does.
+ */
+export const DURATION_BOUNDS_MS: readonly number[] = [
+  0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000,
+];
+
+export function durationBucket(ms: number): number {
+  let i = 0;
+  while (i < DURATION_BOUNDS_MS.length && ms > DURATION_BOUNDS_MS[i]!) i++;
+  return i;
+}
+
+/**
+ * The duration under which `q` of the requests of a histogram finished: found by linear interpolation
+ * inside the bucket holding that rank, and never above the slowest request seen.
+ */
+export function estimateQuantile(buckets: readonly number[], q: number, maxMs: number): number {
+  const total = buckets.reduce((sum, n) => sum + n, 0);
+  if (total === 0) return 0;
+  const rank = q * total;
+  let below = 0;
+  for (let i = 0; i < buckets.length; i++) {
+    const n = buckets[i]!;
+    if (n > 0 && below + n >= rank) {
+      const lower = i === 0 ? 0 : DURATION_BOUNDS_MS[i - 1]!;
+      const upper = Math.min(DURATION_BOUNDS_MS[i] ?? maxMs, maxMs);
+      if (upper <= lower) return Math.min(lower, maxMs);
+      return lower + ((upper - lower) * (rank - below)) / n;
+    }
+    below += n;
+  }
+  return maxMs;
+}
+
+interface Rollup {
+  accountId: string;
+  keyId: string | null;
+  method: string;
+  route: string;
+  statusCode: number;
+  /** Unix ms of the minute's start. */
+  minute: number;
+  count: number;
+  totalMs: number;
+  maxMs: number;
+  buckets: number[];
+}
+
+export interface RequestLogOptions {
+  sql: Sql;
+  clock: Clock;
+  /** Counted requests are written at least this often. */
+  flushIntervalMs?: number;
+  /** Rollup rows per statement. */
+  batchSize?: number;
+  /** Rollups kept while the database cannot be written; beyond this, new ones are dropped. */
+  maxRollups?: number;
+  /** Rows older than this are deleted (the longest analytics period, 90 days, plus a day). */
+  retentionMs?: number;
+  purgeIntervalMs?: number;
+  logger?: BackgroundLogger;
+}
+
+const MINUTE_MS = 60_000;
+const DAY_MS = 86_400_000;
+
+/**
+ * The request log behind API analytics. Recording a request adds it to an in-memory rollup (account, key,
+ * method, route, status, minute); rollups are upserted into api_requests, one statement per batch, on a timer
+ * (every second), before analytics reads (flush) and at shutdown. A row per request would cost ~10-20 µs of
+ * database work per request (PGlite runs in the API's own thread), so requests are counted instead: the
+ * table stays exact in counts, sums and maxima, per minute; percentiles come from the histogram. Requests of
+ * other processes reach the table within their flush interval.
+ */
+export class RequestLog {
+  private pending = new Map<string, Rollup>();
+  private readonly sql: Sql;
+  private readonly clock: Clock;
+  private readonly flushIntervalMs: number;
+  private readonly batchSize: number;
+  private readonly maxRollups: number;
+  private readonly retentionMs: number;
+  private readonly purgeIntervalMs: number;
+  private logger: BackgroundLogger;
+  private timers: NodeJS.Timeout[] = [];
+  private dropped = 0;
+  /** Writes everything counted so far; concurrent calls share runs. */
+  readonly flush: () => Promise<void>;
+
+  constructor(options: RequestLogOptions) {
+    this.sql = options.sql;
+    this.clock = options.clock;
+    this.flushIntervalMs = options.flushIntervalMs ?? 1_000;
+    this.batchSize = options.batchSize ?? 500;
+    this.maxRollups = options.maxRollups ?? 100_000;
+    this.retentionMs = options.retentionMs ?? 91 * DAY_MS;
+    this.purgeIntervalMs = options.purgeIntervalMs ?? 3_600_000;
+    this.logger = options.logger ?? silentLogger;
+    this.flush = coalesced(() => this.writeAll());
+  }
+
+  useLogger(logger: BackgroundLogger): void {
+    this.logger = logger;
+  }
+
+  start(): void {
+    const every = (ms: number, run: () => Promise<void>) => {
+      const timer = setInterval(() => void run(), ms);
+      timer.unref();
+      this.timers.push(timer);
+    };
+    every(this.flushIntervalMs, () => this.flushQuietly());
+    every(this.purgeIntervalMs, () => this.purgeQuietly());
+  }
+
+  async stop(): Promise<void> {
+    for (const timer of this.timers) clearInterval(timer);
+    this.timers = [];
+    await this.flushQuietly();
+  }
+
+  /** Counts one request; nothing is written here. */
+  record(entry: RequestRecord): void {
+    const minute = entry.at - (entry.at % MINUTE_MS);
+    const key = `${entry.accountId}\n${entry.keyId}\n${entry.method}\n${entry.route}\n${entry.statusCode}\n${minute}`;
+    let rollup = this.pending.get(key);
+    if (!rollup) {
+      if (this.pending.size >= this.maxRollups) {
+        this.dropped++;
+        return;
+      }
+      rollup = {
+        accountId: entry.accountId,
+        keyId: entry.keyId,
+        method: entry.method,
+        route: entry.route,
+        statusCode: entry.statusCode,
+        minute,
+        count: 0,
+        totalMs: 0,
+        maxMs: 0,
+        buckets: new Array<number>(DURATION_BOUNDS_MS.length + 1).fill(0),
+      };
+      this.pending.set(key, rollup);
+    }
+    rollup.count++;
+    rollup.totalMs += entry.durationMs;
+    if (entry.durationMs > rollup.maxMs) rollup.maxMs = entry.durationMs;
+    rollup.buckets[durationBucket(entry.durationMs)]!++;
+  }
+
+  /** Rollups waiting to be written. */
+  get buffered(): number {
+    return this.pending.size;
+  }
+
+  private async flushQuietly(): Promise<void> {
+    try {
+      await this.flush();
+    } catch (error) {
+      this.logger.warn(
+        { err: error, buffered: this.pending.size, dropped: this.dropped },
+        'API request log could not be written; will retry',
+      );
+    }
+  }
+
+  private async writeAll(): Promise<void> {
+    if (this.pending.size === 0) return;
+    const taken = this.pending;
+    this.pending = new Map();
+    // Sorted, so two processes upserting the same rows lock them in the same order.
+    const rows = [...taken].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    for (let i = 0; i < rows.length; i += this.batchSize) {
+      const batch = rows.slice(i, i + this.batchSize);
+      try {
+        await this.upsert(batch.map(([, rollup]) => rollup));
+      } catch (error) {
+        for (const [key, rollup] of rows.slice(i)) this.putBack(key, rollup);
+        throw error;
+      }
+    }
+  }
+
+  /** Returns unwritten counts to the pending map, merging with whatever was counted meanwhile. */
+  private putBack(key: string, rollup: Rollup): void {
+    const current = this.pending.get(key);
+    if (!current) {
+      if (this.pending.size >= this.maxRollups) this.dropped += rollup.count;
+      else this.pending.set(key, rollup);
+      return;
+    }
+    current.count += rollup.count;
+    current.totalMs += rollup.totalMs;
+    current.maxMs = Math.max(current.maxMs, rollup.maxMs);
+    rollup.buckets.forEach((n, i) => {
+      current.buckets[i]! += n;
+    });
+  }
+
+  private async upsert(batch: Rollup[]): Promise<void> {
+    const json = JSON.stringify(
+      batch.map((r) => ({
+        a: r.accountId,
+        k: r.keyId,
+        m: r.method,
+        r: r.route,
+        s: r.statusCode,
+        t: new Date(r.minute).toISOString(),
+        n: r.count,
+        d: r.totalMs,
+        x: r.maxMs,
+        h: r.buckets,
+      })),
+    );
+    // Rows of an account deleted meanwhile are skipped, so one of them cannot block the whole batch.
+    await this.sql.query(
+      `INSERT INTO api_requests AS q (account_id, key_id, method, route, status_code, created_at,
+                                      request_count, duration_ms, duration_max_ms, duration_buckets)
+       SELECT x.a, x.k, x.m, x.r, x.s, x.t, x.n, x.d, x.x, x.h
+         FROM json_to_recordset($1::json)
+           AS x(a text, k text, m text, r text, s int, t timestamptz, n int, d float8, x float8, h int[])
+        WHERE EXISTS (SELECT 1 FROM accounts WHERE id = x.a)
+       ON CONFLICT (account_id, key_id, method, route, status_code, created_at) DO UPDATE SET
+         request_count = q.request_count + EXCLUDED.request_count,
+         duration_ms = q.duration_ms + EXCLUDED.duration_ms,
+         duration_max_ms = GREATEST(q.duration_max_ms, EXCLUDED.duration_max_ms),
+         duration_buckets = ARRAY(
+           SELECT COALESCE(old, 0) + COALESCE(new, 0)
+             FROM unnest(q.duration_buckets, EXCLUDED.duration_buckets) WITH ORDINALITY AS u(old, new, i)
+            ORDER BY i)`,
+      [json],
+    );
+  }
+
+  /** Deletes rows past retention, a bounded number per statement so no statement runs long. */
+  async purge(): Promise<number> {
+    const before = new Date(this.clock.now().getTime() - this.retentionMs).toISOString();
+    let total = 0;
+    for (;;) {
+      const rows = await this.sql.query<{ n: number }>(
+        `WITH gone AS (
+           DELETE FROM api_requests WHERE id IN (SELECT id FROM api_requests WHERE created_at < $1 LIMIT 10000)
+           RETURNING 1
+         ) SELECT count(*)::int AS n FROM gone`,
+        [before],
+      );
+      const n = rows[0]?.n ?? 0;
+      total += n;
+      if (n < 10_000) return total;
+    }
+  }
+
+  private async purgeQuietly(): Promise<void> {
+    try {
+      await this.purge();
+    } catch (error) {
+      this.logger.warn({ err: error }, 'old API request log rows could not be purged');
+    }
+  }
+}

@@ -1,0 +1,85 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { Nullable } from './common.ts';
+
+export const GpuDevice = Type.Object({
+  index: Type.Integer({ minimum: 0 }),
+  uuid: Type.String({ minLength: 1 }),
+  name: Type.String(),
+  memoryTotalBytes: Nullable(Type.Integer({ minimum: 0 })),
+  /** Domain-qualified, as NVML reports it: 00000000:18:00.0 */
+  pciBusId: Nullable(Type.String()),
+});
+export type GpuDevice = Static<typeof GpuDevice>;
+
+export const GPU_SOURCES = ['nvml', 'nvidia-smi', 'simulated', 'none'] as const;
+
+export const GpuInventory = Type.Object({
+  /** True when the devices were declared with --simulate-gpus: containers get no real device. */
+  simulated: Type.Boolean(),
+  source: Type.Union(GPU_SOURCES.map((s) => Type.Literal(s))),
+  driverVersion: Nullable(Type.String()),
+  /** CUDA driver API version, "12.4". */
+  cudaVersion: Nullable(Type.String()),
+  devices: Type.Array(GpuDevice),
+  /** Why no GPU source worked, when none did. */
+  error: Nullable(Type.String()),
+});
+export type GpuInventory = Static<typeof GpuInventory>;
+
+export const CpuInventory = Type.Object({
+  model: Nullable(Type.String()),
+  cores: Nullable(Type.Integer({ minimum: 0 })),
+  threads: Nullable(Type.Integer({ minimum: 0 })),
+});
+
+export const DiskInventory = Type.Object({
+  device: Type.String(),
+  mount: Type.String(),
+  fsType: Nullable(Type.String()),
+  sizeBytes: Nullable(Type.Number({ minimum: 0 })),
+});
+
+export const NetworkInterfaceInventory = Type.Object({
+  name: Type.String(),
+  mac: Nullable(Type.String()),
+  ipv4: Type.Array(Type.String()),
+  ipv6: Type.Array(Type.String()),
+  speedMbps: Nullable(Type.Number()),
+  virtual: Nullable(Type.Boolean()),
+});
+
+export const OsInventory = Type.Object({
+  platform: Type.String(),
+  distro: Nullable(Type.String()),
+  release: Nullable(Type.String()),
+  kernel: Nullable(Type.String()),
+  arch: Type.String(),
+});
+
+export const DockerInventory = Type.Object({
+  version: Nullable(Type.String()),
+  apiVersion: Nullable(Type.String()),
+  runtimes: Type.Array(Type.String()),
+  nvidiaRuntime: Type.Boolean(),
+  /** Why Docker could not be queried, when it could not. */
+  error: Nullable(Type.String()),
+});
+export type DockerInventory = Static<typeof DockerInventory>;
+
+export const HostInventory = Type.Object({
+  hostname: Type.String(),
+  os: OsInventory,
+  cpu: CpuInventory,
+  memoryBytes: Nullable(Type.Number({ minimum: 0 })),
+  disks: Type.Array(DiskInventory),
+  networkInterfaces: Type.Array(NetworkInterfaceInventory),
+});
+export type HostInventory = Static<typeof HostInventory>;
+
+/** Everything the agent tells the control plane about its machine in `hello`. */
+export const Inventory = Type.Object({
+  host: HostInventory,
+  gpus: GpuInventory,
+  docker: DockerInventory,
+});
+export type Inventory = Static<typeof Inventory>;

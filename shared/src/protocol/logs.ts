@@ -1,0 +1,24 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { Nullable, WorkloadId } from './common.ts';
+
+export const LogEntry = Type.Object({
+  workloadId: WorkloadId,
+  containerId: Type.String(),
+  stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]),
+  /** Docker's timestamp, RFC 3339 with exactly nine fractional digits so strings sort in time order. */
+  ts: Type.String(),
+  line: Type.String(),
+});
+export type LogEntry = Static<typeof LogEntry>;
+
+/** What the agent could not keep while its buffer was full: counted, never silently lost. */
+export const LogLoss = Type.Object({
+  workloadId: Nullable(WorkloadId),
+  containerId: Nullable(Type.String()),
+  lines: Type.Integer({ minimum: 0 }),
+  bytes: Type.Integer({ minimum: 0 }),
+  /** Timestamps of the first and last dropped lines. */
+  firstTs: Nullable(Type.String()),
+  lastTs: Nullable(Type.String()),
+});
+export type LogLoss = Static<typeof LogLoss>;

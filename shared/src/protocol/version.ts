@@ -1,0 +1,33 @@
+/**
+ * Protocol versioning. Every frame carries `v`, the protocol version its sender speaks.
+ * A peer accepts frames whose `v` lies in its supported range and refuses the rest with a
+ * `refusal` naming both sides' versions, so an operator sees at once which side to upgrade.
+ * Bump PROTOCOL_VERSION only for incompatible changes; adding an optional field is not one
+ * (schemas accept unknown properties so older peers ignore what they do not know).
+ */
+export const PROTOCOL_VERSION = 1;
+
+/** The range this build accepts. Widen `min` downwards only while old peers are still fully served. */
+export const SUPPORTED_PROTOCOL_VERSIONS = { min: 1, max: PROTOCOL_VERSION } as const;
+
+export function isProtocolCompatible(v: number): boolean {
+  return Number.isInteger(v) && v >= SUPPORTED_PROTOCOL_VERSIONS.min && v <= SUPPORTED_PROTOCOL_VERSIONS.max;
+}
+
+/**
+ * The sentence both sides log and send when versions do not match, naming who should upgrade.
+ * `peer` is the other side (the control plane passes 'agent', the agent passes 'control plane').
+ */
+export function protocolMismatchReason(peer: 'agent' | 'control plane', peerVersion: number): string {
+  const local = peer === 'agent' ? 'control plane' : 'agent';
+  const { min, max } = SUPPORTED_PROTOCOL_VERSIONS;
+  const range = min === max ? `${min}` : `${min}..${max}`;
+  const upgrade = peerVersion > max ? local : peer;
+  return `incompatible protocol version: ${peer} speaks ${peerVersion}, ${local} supports ${range}; upgrade the ${upgrade}`;
+}
+
+/** The WebSocket path agents dial on the control plane. */
+export const AGENT_CONNECT_PATH = '/agent/v1/connect';
+
+/** Largest frame either side accepts; log and metric batches are sized to stay well under it. */
+export const MAX_FRAME_BYTES = 4 * 1024 * 1024;

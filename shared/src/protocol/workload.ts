@@ -1,0 +1,84 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { EpochMs, Nullable, WorkloadId } from './common.ts';
+
+export const PortBinding = Type.Object({
+  containerPort: Type.Integer({ minimum: 1, maximum: 65535 }),
+  protocol: Type.Union([Type.Literal('tcp'), Type.Literal('udp')]),
+  /** null lets Docker pick a free host port; the actual one is reported in WorkloadStatus.ports. */
+  hostPort: Nullable(Type.Integer({ minimum: 1, maximum: 65535 })),
+  hostIp: Nullable(Type.String()),
+});
+export type PortBinding = Static<typeof PortBinding>;
+
+export const RESTART_POLICIES = ['no', 'always', 'unless-stopped', 'on-failure'] as const;
+export type RestartPolicyName = (typeof RESTART_POLICIES)[number];
+
+export const RestartPolicy = Type.Object({
+  name: Type.Union(RESTART_POLICIES.map((p) => Type.Literal(p))),
+  /** Only meaningful with on-failure. */
+  maxRetries: Type.Integer({ minimum: 0 }),
+});
+
+export const GpuAssignment = Type.Object({
+  index: Type.Integer({ minimum: 0 }),
+  uuid: Type.String({ minLength: 1 }),
+});
+
+/** What the control plane wants running: one container per workload id. */
+export const WorkloadSpec = Type.Object({
+  workloadId: WorkloadId,
+  image: Type.String({ minLength: 1, maxLength: 512 }),
+  /** Overrides the image's CMD; null keeps it. */
+  command: Nullable(Type.Array(Type.String())),
+  /** Overrides the image's ENTRYPOINT; null keeps it. */
+  entrypoint: Nullable(Type.Array(Type.String())),
+  env: Type.Record(Type.String({ pattern: '^[^=]+$' }), Type.String()),
+  /** Extra labels; the agent's own `anvil.managed`, `anvil.workload`, `anvil.host` always win. */
+  labels: Type.Record(Type.String(), Type.String()),
+  gpus: Type.Array(GpuAssignment),
+  /** CPU limit in cores (1.5 = one and a half cores); null is unlimited. */
+  cpus: Nullable(Type.Number({ exclusiveMinimum: 0 })),
+  memoryBytes: Nullable(Type.Integer({ minimum: 6 * 1024 * 1024 })),
+  shmBytes: Nullable(Type.Integer({ minimum: 1 })),
+  ports: Type.Array(PortBinding),
+  /** A per-workload directory under the agent's volume root, mounted at containerPath. */
+  volume: Nullable(Type.Object({ containerPath: Type.String({ pattern: '^/' }) })),
+  restartPolicy: RestartPolicy,
+  /** Seconds between SIGTERM and SIGKILL when the container is stopped. */
+  stopGraceSeconds: Type.Integer({ minimum: 0, maximum: 3600 }),
+});
+export type WorkloadSpec = Static<typeof WorkloadSpec>;
+
+/**
+ * pending: nothing done yet; pulling: image being pulled; running; exited: ran and stopped on its own
+ * (and its restart policy does not bring it back); failed: the agent could not create or start it
+ * (error says why, e.g. the image could not be pulled).
+ */
+export const WORKLOAD_PHASES = ['pending', 'pulling', 'running', 'exited', 'failed'] as const;
+export type WorkloadPhase = (typeof WORKLOAD_PHASES)[number];
+
+export const ActualPort = Type.Object({
+  containerPort: Type.Integer(),
+  protocol: Type.String(),
+  hostIp: Type.String(),
+  hostPort: Type.Integer(),
+});
+
+/** What actually runs for one desired workload. */
+export const WorkloadStatus = Type.Object({
+  workloadId: WorkloadId,
+  phase: Type.Union(WORKLOAD_PHASES.map((p) => Type.Literal(p))),
+  containerId: Nullable(Type.String()),
+  /** Docker's own word: created, running, restarting, exited, dead, ... */
+  containerState: Nullable(Type.String()),
+  exitCode: Nullable(Type.Integer()),
+  error: Nullable(Type.String()),
+  startedAt: Nullable(Type.String()),
+  finishedAt: Nullable(Type.String()),
+  restartCount: Nullable(Type.Integer({ minimum: 0 })),
+  /** Address on the Docker network, used later for tunnels without host ports. */
+  ipAddress: Nullable(Type.String()),
+  ports: Type.Array(ActualPort),
+  at: EpochMs,
+});
+export type WorkloadStatus = Static<typeof WorkloadStatus>;
