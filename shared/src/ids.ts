@@ -54,4 +54,5 @@ export type IdPrefix =
   | 'tune'
   | 'exp'
   | 'run'
-  | 'req';
+  | 'req'
+  | 'use';

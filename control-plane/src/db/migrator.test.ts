@@ -277,6 +277,69 @@ describe('migrator', () => {
         const created = await prisma.logLoss.create({ data });
         return [data, await prisma.logLoss.findUniqueOrThrow({ where: { id: created.id } })];
       },
+      // Clusters, usage records, GPU prices (issue 4).
+      Cluster: async () => {
+        const data = {
+          id: 'cluster_fixture',
+          accountId,
+          ownerId: userId,
+          name: 'train-1',
+          description: 'd',
+          status: 'running',
+          statusReason: null,
+          gpuType: 'H100',
+          gpuCount: 2,
+          cpuCores: 16,
+          memoryGb: 128,
+          storageGb: 500,
+          region: 'us-east-1',
+          projectId: 'proj_1',
+          templateId: 'tmpl_1',
+          dockerImage: 'anvil/busybox:test',
+          command: ['sh', '-c', 'sleep 1'],
+          env: { A: 'b' },
+          ports: [{ internal_port: 8888, protocol: 'tcp', description: 'jupyter' }],
+          sshEnabled: true,
+          expiresAt: at,
+          hostId: 'host_fixture',
+          gpuIndices: [0, 3],
+          hourlyRate: 6.5,
+          sessionStartedAt: at,
+          operation: { kind: 'stop', phase: 'completed', percentage: 100 },
+          createdAt: at,
+          deletedAt: null,
+        };
+        await prisma.cluster.create({ data });
+        return [data, await prisma.cluster.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      UsageRecord: async () => {
+        const data = {
+          id: 'use_fixture',
+          accountId,
+          userId,
+          resourceType: 'cluster',
+          resourceId: 'cluster_fixture',
+          kind: 'gpu_compute',
+          gpuType: 'H100',
+          gpuCount: 2,
+          quantity: 1.25,
+          unit: 'hour',
+          gpuHours: 2.5,
+          cost: 8.125,
+          currency: 'USD',
+          startedAt: at,
+          endedAt: at,
+          metadata: { session: 1 },
+          createdAt: at,
+        };
+        await prisma.usageRecord.create({ data });
+        return [data, await prisma.usageRecord.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      GpuPrice: async () => {
+        const data = { gpuType: 'H100', hourlyRate: 3.25, currency: 'USD' };
+        await prisma.gpuPrice.create({ data });
+        return [data, await prisma.gpuPrice.findUniqueOrThrow({ where: { gpuType: 'H100' } })];
+      },
       // Accounts: roles and permissions, team, settings (issue 6).
       CustomRole: async () => {
         const data = {
