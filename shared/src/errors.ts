@@ -54,6 +54,28 @@ export const ERROR_STATUS = {
   AGENT_COMMAND_FAILED: 502,
   /** The agent did not answer a command in time. */
   AGENT_TIMEOUT: 504,
+  // Clusters, templates, proxy, secrets, SSH keys, usage alerts (compute spec: Errors). The spec groups
+  // CONFIRMATION_REQUIRED, INVALID_STATE, METRICS_NOT_AVAILABLE and TEMPLATE_NOT_FOUND under 400.
+  CONFIRMATION_REQUIRED: 400,
+  INVALID_STATE: 400,
+  METRICS_NOT_AVAILABLE: 400,
+  TEMPLATE_NOT_FOUND: 400,
+  /** Unnumbered in the spec: no host could ever fit the request (busy capacity leaves it pending instead). */
+  INSUFFICIENT_RESOURCES: 422,
+  /** Not in the spec: an unknown cluster id, or one of another account. */
+  CLUSTER_NOT_FOUND: 404,
+  /** Not in the spec: a template name already used in the same project. */
+  TEMPLATE_NAME_EXISTS: 409,
+  PORT_MAPPING_NOT_FOUND: 404,
+  /** Not in the spec: an internal or external port already mapped. */
+  PORT_CONFLICT: 409,
+  SECRET_NOT_FOUND: 404,
+  /** Not in the spec: a secret name already used in the cluster. */
+  SECRET_ALREADY_EXISTS: 409,
+  SSH_KEY_NOT_FOUND: 404,
+  /** Not in the spec: the same public key registered twice. */
+  SSH_KEY_EXISTS: 409,
+  USAGE_ALERT_NOT_FOUND: 404,
   PAYLOAD_TOO_LARGE: 413,
   UNSUPPORTED_MEDIA_TYPE: 415,
   RATE_LIMITED: 429,

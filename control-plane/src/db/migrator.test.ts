@@ -340,6 +340,38 @@ describe('migrator', () => {
         await prisma.gpuPrice.create({ data });
         return [data, await prisma.gpuPrice.findUniqueOrThrow({ where: { gpuType: 'H100' } })];
       },
+      ClusterTemplate: async () => {
+        const data = {
+          id: 'tmpl_fixture',
+          accountId,
+          projectId: 'proj_1',
+          name: 'PyTorch',
+          description: 'd',
+          category: 'ml',
+          framework: 'pytorch',
+          version: '1.2.0',
+          versionNotes: 'notes',
+          dockerImage: 'anvil/pytorch:test',
+          gpuCompatible: true,
+          official: false,
+          defaultConfiguration: { gpu_type: 'A100', gpu_count: 1 },
+          environmentVariables: { A: 'b' },
+          startupScript: 'echo hi',
+          portMappings: [{ internal_port: 8888, protocol: 'tcp', description: 'j', required: true }],
+          requiredPackages: ['torch'],
+          softwareVersions: { python: '3.11' },
+          resourceLimits: { min_resources: { gpu_count: 1 } },
+          compatibility: { gpu_types: ['A100'] },
+          tags: ['x'],
+          createdById: userId,
+          isPublic: true,
+          isDeprecated: false,
+          createdAt: at,
+          deletedAt: null,
+        };
+        await prisma.clusterTemplate.create({ data });
+        return [data, await prisma.clusterTemplate.findUniqueOrThrow({ where: { id: data.id } })];
+      },
       // Accounts: roles and permissions, team, settings (issue 6).
       CustomRole: async () => {
         const data = {

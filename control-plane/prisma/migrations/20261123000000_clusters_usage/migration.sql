@@ -66,3 +66,38 @@ CREATE TABLE "gpu_prices" (
     "updated_at" TIMESTAMPTZ(3) NOT NULL,
     CONSTRAINT "gpu_prices_pkey" PRIMARY KEY ("gpu_type")
 );
+
+CREATE TABLE "cluster_templates" (
+    "id" TEXT NOT NULL,
+    "account_id" TEXT,
+    "project_id" TEXT NOT NULL DEFAULT '',
+    "name" TEXT NOT NULL,
+    "description" TEXT NOT NULL,
+    "category" TEXT NOT NULL,
+    "framework" TEXT,
+    "version" TEXT NOT NULL DEFAULT '1.0.0',
+    "version_notes" TEXT,
+    "docker_image" TEXT NOT NULL,
+    "gpu_compatible" BOOLEAN NOT NULL DEFAULT true,
+    "official" BOOLEAN NOT NULL DEFAULT false,
+    "default_configuration" JSONB NOT NULL,
+    "environment_variables" JSONB NOT NULL DEFAULT '{}',
+    "startup_script" TEXT,
+    "port_mappings" JSONB NOT NULL DEFAULT '[]',
+    "required_packages" TEXT[],
+    "software_versions" JSONB NOT NULL DEFAULT '{}',
+    "resource_limits" JSONB,
+    "compatibility" JSONB,
+    "tags" TEXT[],
+    "created_by_id" TEXT,
+    "is_public" BOOLEAN NOT NULL DEFAULT false,
+    "is_deprecated" BOOLEAN NOT NULL DEFAULT false,
+    "created_at" TIMESTAMPTZ(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    "updated_at" TIMESTAMPTZ(3) NOT NULL,
+    "deleted_at" TIMESTAMPTZ(3),
+    CONSTRAINT "cluster_templates_pkey" PRIMARY KEY ("id")
+);
+CREATE INDEX "cluster_templates_account_id_project_id_name_idx" ON "cluster_templates"("account_id", "project_id", "name");
+-- Live template names are unique per account and project (official templates: account_id NULL).
+CREATE UNIQUE INDEX "cluster_templates_live_name_key"
+    ON "cluster_templates"(COALESCE("account_id", ''), "project_id", "name") WHERE "deleted_at" IS NULL;
