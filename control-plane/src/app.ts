@@ -16,7 +16,7 @@ import { installOpenApi } from './http/openapi.ts';
 import { installRateLimiting } from './http/rate-limit.ts';
 import { requestIdFor } from './http/request-id.ts';
 import { installRequestLog } from './http/request-log.ts';
-import { buildValidator } from './http/validation.ts';
+import { buildSerializer, buildValidator } from './http/validation.ts';
 
 export interface BuildAppOptions {
   context: AppContext;
@@ -36,7 +36,12 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
-    schemaController: { compilersFactory: { buildValidator: buildValidator as never } },
+    schemaController: {
+      compilersFactory: {
+        buildValidator: buildValidator as never,
+        buildSerializer: buildSerializer as never,
+      },
+    },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   app.addHook('onRequest', async (request, reply) => {
