@@ -1,4 +1,14 @@
 // `npm run bench`: every benchmark in turn. Results are printed, never asserted on.
+import { runAgentIdleBench } from './agent-idle.ts';
 import { runAuthVerifyBench } from './auth-verify.ts';
+import { runClusterCreateBench } from './cluster-create.ts';
+import { runFleetSimBench } from './fleet-sim.ts';
+import { runProxyBench } from './proxy.ts';
+import { runSshScpBench } from './ssh-scp.ts';
 
 await runAuthVerifyBench();
+await runClusterCreateBench();
+await runFleetSimBench();
+await runAgentIdleBench();
+await runProxyBench();
+await runSshScpBench();

@@ -1,4 +1,4 @@
-import { mkdir } from 'node:fs/promises';
+import { mkdir, rm, stat } from 'node:fs/promises';
 import { hostname as osHostname } from 'node:os';
 import {
   type AgentMessage,
@@ -9,6 +9,7 @@ import {
   type MessageOf,
   PROTOCOL_VERSION,
 } from '@anvil/shared/protocol';
+import type Dockerode from 'dockerode';
 import type { Logger } from 'pino';
 import { type Clock, sleep, systemClock } from './clock.ts';
 import { type BackoffPolicy, DEFAULT_BACKOFF } from './connection/backoff.ts';
@@ -19,6 +20,7 @@ import { runHeartbeats } from './connection/heartbeat.ts';
 import { runConnectionLoop } from './connection/loop.ts';
 import { type Dialer, wsDialer } from './connection/transport.ts';
 import { connectUrl } from './connection/url.ts';
+import { volumeDir } from './docker/container-config.ts';
 import type { ContainerRuntime } from './docker/runtime.ts';
 import { errorMessage } from './errors.ts';
 import type { GpuProvider } from './gpu/provider.ts';
@@ -29,6 +31,7 @@ import { LogManager } from './logs/manager.ts';
 import { MetricsSampler } from './metrics/sampler.ts';
 import { Reconciler } from './reconcile/reconciler.ts';
 import { watchDocker } from './reconcile/watch.ts';
+import { TunnelManager } from './tunnels/manager.ts';
 import { AGENT_VERSION } from './version.ts';
 
 /** Everything the agent touches, injected (Coder's agent style): tests swap any part. */
@@ -39,6 +42,8 @@ export interface AgentOptions {
   /** Per-workload volume directories live under this root. */
   volumeRoot: string;
   runtime: ContainerRuntime;
+  /** The engine's client for reverse tunnels (exec, container addresses); without it tunnels are refused. */
+  docker?: Dockerode;
   gpu: GpuProvider;
   host: HostProvider;
   logger: Logger;
@@ -98,6 +103,13 @@ export function createAgent(options: AgentOptions): Agent {
   let channel: Channel | null = null;
   let heartbeatMs = 10_000;
   let metricsMs: number | null = null;
+  /** The credential of the current session: tunnel sockets present it. */
+  let sessionCredential: HandshakeResult['credential'] | null = null;
+  const tunnels = new TunnelManager({
+    docker: options.docker ?? null,
+    controlPlaneUrl: options.controlPlaneUrl,
+    logger: options.logger.child({ component: 'tunnels' }),
+  });
 
   function send(message: AgentMessage): boolean {
     if (!channel?.isOpen) return false;
@@ -213,7 +225,49 @@ export function createAgent(options: AgentOptions): Agent {
         return (
           workers?.reconciler.report().workloads.find((w) => w.workloadId === command.workloadId) ?? null
         );
+      case 'open_tunnel':
+        if (!sessionCredential) throw new Error('not registered');
+        return tunnels.open(command, sessionCredential);
+      case 'signal_workload': {
+        const container = await managedContainer(command.workloadId);
+        if (!container || !options.runtime.kill)
+          return { containerId: container?.id ?? null, signalled: false };
+        return {
+          containerId: container.id,
+          signalled: await options.runtime.kill(container.id, command.signal),
+        };
+      }
+      case 'commit_workload': {
+        const container = await managedContainer(command.workloadId);
+        if (!container) throw new Error(`no container for workload ${command.workloadId}`);
+        if (!options.runtime.commit) throw new Error('this container runtime cannot commit containers');
+        const image = await options.runtime.commit(container.id, command);
+        logger.info(
+          { workloadId: command.workloadId, imageId: image.imageId },
+          'workload committed to an image',
+        );
+        return { ...image, repository: command.repository, tag: command.tag, containerId: container.id };
+      }
+      case 'remove_volume': {
+        // The id matched the protocol's WorkloadId pattern (no slashes, no leading dot), so this stays under volumeRoot.
+        const dir = volumeDir(options.volumeRoot, command.workloadId);
+        const existed = await stat(dir).then(
+          () => true,
+          () => false,
+        );
+        await rm(dir, { recursive: true, force: true });
+        logger.info({ workloadId: command.workloadId, existed }, 'workload volume removed');
+        return { removed: existed };
+      }
     }
+  }
+
+  /** The Anvil container of a workload on this host, if there is one. */
+  async function managedContainer(workloadId: string) {
+    const hostId = workers?.hostId;
+    if (!hostId) return null;
+    const list = await options.runtime.listManaged(hostId);
+    return list.find((c) => c.workloadId === workloadId) ?? null;
   }
 
   function reply(to: MessageOf<'desired_state'> | MessageOf<'command'>, work: () => Promise<unknown>): void {
@@ -258,6 +312,7 @@ export function createAgent(options: AgentOptions): Agent {
 
   async function runSession(ch: Channel, { credential, welcome }: HandshakeResult, signal: AbortSignal) {
     const w = startWorkers(credential.hostId);
+    sessionCredential = credential;
     logger.info({ controlPlane: options.controlPlaneUrl }, 'connected to the control plane');
     heartbeatMs = welcome.heartbeatSeconds * 1000;
     metricsMs = welcome.metricsSeconds * 1000;
@@ -333,6 +388,7 @@ export function createAgent(options: AgentOptions): Agent {
           signal,
         );
       } finally {
+        tunnels.closeAll();
         // Workloads keep running: stopping the agent must never stop a customer's container.
         if (workers) {
           workers.stop.abort();

@@ -2,7 +2,23 @@ import { type Logger, pino } from 'pino';
 
 export type { Logger };
 
-/** Structured JSON logs on stdout; the host id is bound with `logger.child({ hostId })` once known. */
+/**
+ * Structured JSON logs on stdout; the host id is bound with `logger.child({ hostId })` once known.
+ * Secret env and file contents of workload specs are redacted, should a spec ever be logged.
+ */
 export function createLogger(level: string): Logger {
-  return pino({ name: 'anvil-agent', level, base: { pid: process.pid } });
+  return pino({
+    name: 'anvil-agent',
+    level,
+    base: { pid: process.pid },
+    redact: {
+      paths: [
+        '*.secretEnv',
+        '*.files[*].contentBase64',
+        '*.workloads[*].secretEnv',
+        '*.workloads[*].files[*].contentBase64',
+      ],
+      censor: '[redacted]',
+    },
+  });
 }

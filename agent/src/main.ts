@@ -44,7 +44,8 @@ async function main(): Promise<number> {
   );
 
   // Dockerode reads DOCKER_HOST (unix://, tcp://, ssh://) and DOCKER_TLS_VERIFY itself.
-  const runtime = createContainerRuntime(new Dockerode());
+  const docker = new Dockerode();
+  const runtime = createContainerRuntime(docker);
   const gpu = await createGpuProvider({
     simulate: config.simulateGpus,
     simulateSeed: config.stateDir,
@@ -57,6 +58,7 @@ async function main(): Promise<number> {
     stateDir: config.stateDir,
     volumeRoot: config.volumeRoot,
     runtime,
+    docker,
     gpu,
     host: systemHost,
     logger,

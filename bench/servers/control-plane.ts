@@ -14,6 +14,7 @@ const dataDir = mkdtempSync(join(tmpdir(), 'anvil-bench-'));
 const config = loadConfig({
   ANVIL_DATA_DIR: dataDir,
   PORT: '0',
+  ANVIL_PROXY_PORT: '0',
   ANVIL_HOST: '127.0.0.1',
   LOG_LEVEL: 'warn',
   ANVIL_BOOTSTRAP_API_KEY: generateApiKey('live'),

@@ -2,12 +2,21 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyBaseLogger, LogController } from 'fastify';
 import type { Logger } from 'pino';
 import { accountRoutes } from './api/accounts/index.ts';
+import { sshKeyRoutes } from './api/accounts/ssh-keys.ts';
+import { gpuPriceRoutes } from './api/admin/gpu-prices.routes.ts';
 import { adminHostRoutes } from './api/admin/hosts.routes.ts';
 import { installHttpMetrics, metricsRoutes } from './api/admin/metrics.routes.ts';
 import { analyticsRoutes } from './api/analytics/routes.ts';
 import { apiKeyRoutes } from './api/auth/api-keys.routes.ts';
 import { rateLimitRoutes } from './api/auth/rate-limits.routes.ts';
+import { clusterTelemetryRoutes } from './api/cluster-telemetry/routes.ts';
+import { clusterRoutes } from './api/clusters/routes.ts';
 import { healthRoutes } from './api/health/routes.ts';
+import { proxyRoutes } from './api/proxy/routes.ts';
+import { secretRoutes } from './api/secrets/routes.ts';
+import { templateRoutes } from './api/templates/routes.ts';
+import { terminalRoutes } from './api/terminal/routes.ts';
+import { usageRoutes } from './api/usage/routes.ts';
 import type { AppContext } from './context.ts';
 import { installActivityTracking } from './http/activity.ts';
 import { installAuthentication, installAuthorization } from './http/authorize.ts';
@@ -75,6 +84,15 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(analyticsRoutes, { context });
   await app.register(adminHostRoutes, { context });
   await app.register(metricsRoutes, { context });
+  await app.register(clusterRoutes, { context });
+  await app.register(gpuPriceRoutes, { context });
+  await app.register(proxyRoutes, { context });
+  await app.register(secretRoutes, { context });
+  await app.register(clusterTelemetryRoutes, { context });
+  await app.register(templateRoutes, { context });
+  await app.register(usageRoutes, { context });
+  await app.register(sshKeyRoutes, { context });
+  await app.register(terminalRoutes, { context });
 
   return app;
 }

@@ -36,6 +36,19 @@ export interface Config {
   metricsToken: string | null;
   /** `npm start` also runs an agent for this machine (ANVIL_LOCAL_AGENT=0 turns it off). */
   localAgent: boolean;
+  /** JSON file of USD per GPU-hour by type ({"H100": 2.49}), applied to the price table at start; null: none. */
+  gpuPricesFile: string | null;
+  /** HTTPS port proxy: its port (0 = a free port), the domain under which `<cluster>-<port>.<domain>` resolve. */
+  proxyPort: number;
+  proxyDomain: string;
+  /** Operator-supplied PEM certificate (chain) and key for *.<proxyDomain>; null: a generated development CA. */
+  proxyTlsCert: string | null;
+  proxyTlsKey: string | null;
+  /** SSH relay: its port (0 = a free port) and the host name shown in clusters' ssh_connection. */
+  sshPort: number;
+  sshHost: string;
+  /** How often usage alerts and billing.cost_alerts are evaluated (seconds; 0 = never on a timer). */
+  usageAlertSeconds: number;
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -170,6 +183,26 @@ export function loadConfig(env: Env = process.env): Config {
     throw new ConfigError('ANVIL_LOCAL_AGENT', `must be 1 or 0 (true or false), got "${localAgentText}"`);
   }
 
+  const proxyDomain = (env['ANVIL_PROXY_DOMAIN'] || 'proxy.localhost').toLowerCase().replace(/\.+$/, '');
+  if (
+    !/^(?=.{1,200}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/.test(
+      proxyDomain,
+    )
+  ) {
+    throw new ConfigError(
+      'ANVIL_PROXY_DOMAIN',
+      `must be a DNS name such as proxy.example.com, got "${proxyDomain}"`,
+    );
+  }
+  const proxyTlsCert = env['ANVIL_PROXY_TLS_CERT'] || null;
+  const proxyTlsKey = env['ANVIL_PROXY_TLS_KEY'] || null;
+  if ((proxyTlsCert === null) !== (proxyTlsKey === null)) {
+    throw new ConfigError(
+      proxyTlsCert === null ? 'ANVIL_PROXY_TLS_CERT' : 'ANVIL_PROXY_TLS_KEY',
+      'must be set together with its pair (ANVIL_PROXY_TLS_CERT and ANVIL_PROXY_TLS_KEY are PEM file paths)',
+    );
+  }
+
   return {
     port,
     host: env['ANVIL_HOST'] || '0.0.0.0',
@@ -191,5 +224,22 @@ export function loadConfig(env: Env = process.env): Config {
     metricsSeconds: integer(env, 'ANVIL_METRICS_SECONDS', 15, 1, 3600),
     metricsToken,
     localAgent: localAgentText === '1' || localAgentText === 'true',
+    gpuPricesFile: env['ANVIL_GPU_PRICES_FILE'] ? resolve(env['ANVIL_GPU_PRICES_FILE']) : null,
+    proxyPort: integer(env, 'ANVIL_PROXY_PORT', 8443, 0, 65535),
+    proxyDomain,
+    proxyTlsCert: proxyTlsCert === null ? null : resolve(proxyTlsCert),
+    proxyTlsKey: proxyTlsKey === null ? null : resolve(proxyTlsKey),
+    sshPort: integer(env, 'ANVIL_SSH_PORT', 2222, 0, 65535),
+    sshHost: sshHostOf(env, publicUrl),
+    usageAlertSeconds: integer(env, 'ANVIL_USAGE_ALERT_SECONDS', 300, 0, 86_400),
   };
+}
+
+/** ANVIL_SSH_HOST, else the host of ANVIL_PUBLIC_URL (what users already reach this server by). */
+function sshHostOf(env: Env, publicUrl: string): string {
+  const host = (env['ANVIL_SSH_HOST'] || new URL(publicUrl).hostname).replace(/^\[|\]$/g, '');
+  if (!/^[A-Za-z0-9.:-]{1,253}$/.test(host)) {
+    throw new ConfigError('ANVIL_SSH_HOST', `must be a host name or IP address, got "${host}"`);
+  }
+  return host;
 }

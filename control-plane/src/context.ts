@@ -3,12 +3,21 @@ import { type AccountServices, createAccountServices } from './accounts/index.ts
 import { ApiKeyService } from './auth/api-keys.ts';
 import { type Clock, systemClock } from './auth/clock.ts';
 import { KeyResolver } from './auth/key-resolver.ts';
+import { type ClusterTelemetry, createClusterTelemetry, metricsViewPart } from './cluster-telemetry/index.ts';
+import { ClusterAccess } from './clusters/access.ts';
+import { type Clusters, createClusters } from './clusters/index.ts';
 import type { Config } from './config.ts';
 import type { Database } from './db/index.ts';
 import { createFleet, type Fleet } from './hosts/fleet.ts';
+import { ProxyService, proxyViewPart } from './proxy/service.ts';
 import { RateLimitService } from './ratelimit/service.ts';
+import { createSecrets, type SecretService } from './secrets/index.ts';
+import { SshService, sshViewPart } from './ssh/index.ts';
+import { TemplateService } from './templates/templates.ts';
+import { TerminalService } from './terminal/service.ts';
 import { ApiUsageService } from './usage/api-usage.ts';
 import { RequestLog } from './usage/request-log.ts';
+import { createUsageServices, type UsageServices } from './usage/service.ts';
 
 /** The domain services the HTTP layer calls; built once per process, started and stopped with it. */
 export interface AppContext {
@@ -24,6 +33,22 @@ export interface AppContext {
   accounts: AccountServices;
   /** Host fleet: join tokens, hosts, workloads, agent gateway, telemetry, Prometheus metrics. */
   fleet: Fleet;
+  /** Cluster secrets: sealed values, their API, and their injection into cluster containers. */
+  secrets: SecretService;
+  /** Cluster templates (official, seeded at start, and each account's own); resolves them for cluster creation. */
+  templates: TemplateService;
+  /** Usage and cost reports, usage alert rules and their scheduled evaluation (with billing.cost_alerts). */
+  usage: UsageServices;
+  /** HTTPS port proxy: configuration API, gateway (started by server.ts, not by start()), health checks. */
+  proxy: ProxyService;
+  /** SSH keys, the SSH relay (listening only in a started server: server.ts) and `ssh_connection`. */
+  ssh: SshService;
+  /** Web terminal sessions (PTY shells over WebSocket, surviving reconnects for a short window). */
+  terminal: TerminalService;
+  /** GPU clusters: lifecycle service, scheduler (allocator), stop/delete operations, supervisor loop, GPU prices. */
+  clusters: Clusters;
+  /** Cluster metrics (snapshot, history, statistics, custom metrics) and logs (list, search, stream, download). */
+  clusterTelemetry: ClusterTelemetry;
   /** False once shutdown has begun: /readyz then answers 503 so load balancers drain this process. */
   ready: boolean;
   start(): Promise<void>;
@@ -39,6 +64,66 @@ export function createContext(
   const keys = new KeyResolver({ db, clock });
   const apiKeys = new ApiKeyService(db, clock, keys);
   const requestLog = new RequestLog({ sql: db.sql, clock });
+  const accounts = createAccountServices({ config, db, clock, keys, apiKeys, logger });
+  const fleet = createFleet(config, db, clock);
+  const secrets = createSecrets({
+    config,
+    db,
+    clock,
+    accounts,
+    workloads: fleet.workloads,
+    logger: () => logger.child({ component: 'secrets' }),
+  });
+  const templates = new TemplateService(db, clock, accounts.access);
+  const usage = createUsageServices({
+    db,
+    clock,
+    accounts,
+    intervalSeconds: config.usageAlertSeconds,
+    logger: () => logger.child({ component: 'usage-alerts' }),
+  });
+  const clusters = createClusters({
+    db,
+    clock,
+    fleet,
+    accounts,
+    templates,
+    pricesFile: config.gpuPricesFile,
+  });
+  const clusterTelemetry = createClusterTelemetry({
+    db,
+    clock,
+    retention: fleet.telemetry.retention,
+    access: new ClusterAccess(db, accounts.access),
+    onError: (error) => logger.error({ err: error }, 'cluster telemetry maintenance failed'),
+  });
+  const ssh = new SshService({
+    db,
+    clock,
+    access: accounts.access,
+    audit: accounts.audit,
+    dataDir: config.dataDir,
+    publicHost: config.sshHost,
+    // The agents' reverse tunnels (contract 4).
+    tunnels: () => fleet.tunnels,
+    logger: logger.child({ component: 'ssh' }),
+  });
+  const proxy = new ProxyService({
+    config,
+    db,
+    clock,
+    keys,
+    access: accounts.access,
+    // The agents' reverse tunnels (contract 4).
+    tunnels: () => fleet.tunnels,
+    logger: logger.child({ component: 'proxy' }),
+  });
+  // Contract 3: the cluster object's proxy_url/port_mappings, ssh_connection and metrics come from their areas.
+  clusters.service.useViewParts({
+    ssh: sshViewPart(ssh),
+    proxy: proxyViewPart(proxy),
+    metrics: metricsViewPart(clusterTelemetry.metrics),
+  });
   const context: AppContext = {
     config,
     db,
@@ -48,20 +133,44 @@ export function createContext(
     rateLimits: new RateLimitService({ db, clock }),
     requestLog,
     apiUsage: new ApiUsageService(db.sql, clock, requestLog),
-    accounts: createAccountServices({ config, db, clock, keys, apiKeys, logger }),
-    fleet: createFleet(config, db, clock),
+    accounts,
+    fleet,
+    secrets: secrets.service,
+    templates,
+    usage,
+    clusters,
+    clusterTelemetry,
+    proxy,
+    ssh,
+    terminal: new TerminalService({
+      clusters: ssh.clusters,
+      tunnels: () => ssh.tunnels(),
+      clock,
+      logger: logger.child({ component: 'terminal' }),
+    }),
     ready: false,
     async start() {
       await keys.start();
       await context.rateLimits.start();
       requestLog.start();
       await context.accounts.start();
+      await secrets.start();
+      await context.templates.start();
+      usage.start();
       context.fleet.useLogger(logger.child({ component: 'fleet' }));
       await context.fleet.start();
+      clusters.useLogger(logger.child({ component: 'clusters' }));
+      await clusters.start();
+      clusterTelemetry.start();
       context.ready = true;
     },
     async stop() {
+      await usage.stop();
       context.ready = false;
+      context.terminal.closeAll();
+      await context.ssh.close();
+      await clusters.stop();
+      clusterTelemetry.stop();
       await context.fleet.stop();
       await keys.stop();
       await context.rateLimits.stop();

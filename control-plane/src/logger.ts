@@ -8,7 +8,17 @@ export function createLogger(level: LogLevel, destination?: pino.DestinationStre
       level,
       base: { service: 'anvil-control-plane' },
       redact: {
-        paths: ['req.headers.authorization', 'req.headers.cookie', '*.value', '*.password'],
+        paths: [
+          'req.headers.authorization',
+          'req.headers.cookie',
+          '*.value',
+          '*.password',
+          // Cluster secrets on their way to an agent (contract 5), should a spec or message ever be logged.
+          '*.secretEnv',
+          '*.files[*].contentBase64',
+          '*.workloads[*].secretEnv',
+          '*.workloads[*].files[*].contentBase64',
+        ],
         censor: '[redacted]',
       },
     },

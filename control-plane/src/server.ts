@@ -47,6 +47,10 @@ export async function startServer(
   const app = await buildApp({ context, logger });
   const url = await app.listen({ port: config.port, host: config.host });
   logger.info({ url }, 'control plane listening');
+  // The HTTPS port proxy (ANVIL_PROXY_PORT) lives and dies with the process, after the API is up.
+  await context.proxy.start();
+  // The SSH relay (ANVIL_SSH_PORT) likewise.
+  await context.ssh.listen(config.sshPort, config.host);
   const localAgent: LocalAgent | null = config.localAgent
     ? await startLocalAgent({
         dataDir: config.dataDir,
@@ -68,6 +72,9 @@ export async function startServer(
         context.ready = false;
         // The local agent goes first, so it says goodbye on a connection that is still served.
         await localAgent?.stop();
+        await context.proxy.stop(config.shutdownTimeoutMs);
+        // SSH sessions end with the process: their clients see the connection close.
+        await context.ssh.close();
         const force = setTimeout(() => app.server.closeAllConnections(), config.shutdownTimeoutMs);
         force.unref();
         await app.close();

@@ -55,4 +55,6 @@ export type IdPrefix =
   | 'exp'
   | 'run'
   | 'req'
-  | 'use';
+  | 'use'
+  | 'sshkey'
+  | 'term';

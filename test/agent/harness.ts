@@ -30,6 +30,7 @@ export async function startAgent(
   const gpu = await createGpuProvider({ simulate: '2xH100', simulateSeed: stateDir, logger });
   const agent = createAgent({
     runtime: createContainerRuntime(docker),
+    docker,
     gpu,
     host: systemHost,
     logger,

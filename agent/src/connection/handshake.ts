@@ -26,6 +26,12 @@ export interface HandshakeResult {
  */
 export async function handshake(channel: Channel, options: HandshakeOptions): Promise<HandshakeResult> {
   const { logger } = options;
+  // Gathered from the start, while the credential is read and a token traded: on a busy machine it
+  // takes many seconds, and the control plane's handshake time-out runs from the socket's opening.
+  const gathering = options.inventory().then(
+    (value) => ({ ok: true as const, value }),
+    (err: unknown) => ({ ok: false as const, err }),
+  );
   let credential: HostCredential | null;
   try {
     credential = await options.credentials.load();
@@ -69,12 +75,9 @@ export async function handshake(channel: Channel, options: HandshakeOptions): Pr
     );
   }
 
-  let inventory: Inventory;
-  try {
-    inventory = await options.inventory();
-  } catch (err) {
-    throw wrapError('gather inventory', err);
-  }
+  const gathered = await gathering;
+  if (!gathered.ok) throw wrapError('gather inventory', gathered.err);
+  const inventory: Inventory = gathered.value;
   const answer = await channel.request(
     createMessage('hello', {
       agentVersion: options.agentVersion,

@@ -22,7 +22,9 @@ export function buildCreateOptions(
   spec: WorkloadSpec,
   context: SpecContext & { specHash: string },
 ): ContainerCreateOptions {
-  const env = Object.entries(spec.env)
+  // Secret variables (filled by the control plane, not part of the spec hash) win over plain ones.
+  const merged = { ...spec.env, ...spec.secretEnv };
+  const env = Object.entries(merged)
     .filter(([key]) => key !== 'NVIDIA_VISIBLE_DEVICES')
     .map(([key, value]) => `${key}=${value}`);
   env.push(gpuEnv(spec));

@@ -1,5 +1,5 @@
 import { mkdir } from 'node:fs/promises';
-import type { DockerInventory, WorkloadSpec } from '@anvil/shared/protocol';
+import type { DockerInventory, SecretFile, WorkloadSpec } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { errorMessage, wrapError } from '../errors.ts';
 import { buildCreateOptions, volumeDir } from './container-config.ts';
@@ -14,6 +14,7 @@ import {
 import { type ContainerEvent, containerEvents } from './events.ts';
 import { containerName, LABELS, type SpecContext, specHash } from './labels.ts';
 import { type PullProgressEvent, pullImage } from './pull.ts';
+import { buildTar } from './tar.ts';
 
 /** An Anvil container as `docker ps` lists it. */
 export interface ManagedContainer {
@@ -40,8 +41,13 @@ export interface ContainerRuntime {
   info(): Promise<DockerInventory>;
   listManaged(hostId: string): Promise<ManagedContainer[]>;
   inspect(id: string): Promise<ContainerDetails | null>;
-  /** Creates `anvil-<workloadId>`; NameConflictError when the name is taken (the caller re-lists). */
+  /**
+   * Creates `anvil-<workloadId>` with the spec's files already written into it; NameConflictError when
+   * the name is taken (the caller re-lists).
+   */
   create(spec: WorkloadSpec, context: SpecContext): Promise<string>;
+  /** Writes files into a (created or stopped) container, parent directories created as needed. */
+  writeFiles(id: string, files: SecretFile[]): Promise<void>;
   start(id: string): Promise<void>;
   /** SIGTERM (the image's stop signal), then SIGKILL after `graceSeconds`. */
   stop(id: string, graceSeconds: number): Promise<void>;
@@ -52,6 +58,13 @@ export interface ContainerRuntime {
   followLogs(id: string, sinceSeconds: number): Promise<NodeJS.ReadableStream>;
   stats(id: string): Promise<ContainerStats | null>;
   events(signal: AbortSignal): AsyncGenerator<ContainerEvent>;
+  /** Sends `signal` to a running container; false when it is not running (optional: test doubles may omit it). */
+  kill?(id: string, signal: string): Promise<boolean>;
+  /** `docker commit` as repository:tag; the new image's id and size. */
+  commit?(
+    id: string,
+    target: { repository: string; tag: string; comment: string | null },
+  ): Promise<{ imageId: string; sizeBytes: number | null }>;
 }
 
 function toManaged(summary: Dockerode.ContainerInfo): ManagedContainer {
@@ -81,6 +94,25 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
     }
     if (details.Config.Labels?.[LABELS.managed] !== 'true') throw new NotManagedError(id);
     return details;
+  }
+
+  /**
+   * One tar with every file, extracted at `/`: Docker creates missing parent directories. The error
+   * never carries file contents (they are secrets), only paths.
+   */
+  async function putFiles(id: string, files: SecretFile[]): Promise<void> {
+    const tar = buildTar(
+      files.map((f) => ({
+        name: f.path.replace(/^\/+/, ''),
+        mode: f.mode,
+        content: Buffer.from(f.contentBase64, 'base64'),
+      })),
+    );
+    try {
+      await docker.getContainer(id).putArchive(tar, { path: '/' });
+    } catch (err) {
+      throw new Error(`put ${files.map((f) => f.path).join(', ')}: ${dockerMessage(err)}`, { cause: err });
+    }
   }
 
   return {
@@ -135,10 +167,31 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
         const container = await docker.createContainer(
           buildCreateOptions(spec, { ...context, specHash: hash }),
         );
+        if (spec.files && spec.files.length > 0) {
+          try {
+            await putFiles(container.id, spec.files);
+          } catch (err) {
+            // A container without its files must not be started by a later pass: remove it, retry afresh.
+            await docker
+              .getContainer(container.id)
+              .remove({ force: true })
+              .catch(() => {});
+            throw err;
+          }
+        }
         return container.id;
       } catch (err) {
         if (isConflict(err)) throw new NameConflictError(name);
         throw new Error(`create container ${name}: ${dockerMessage(err)}`, { cause: err });
+      }
+    },
+
+    async writeFiles(id, files) {
+      try {
+        if (!(await ownedOrNull(id))) throw new Error('no such container');
+        await putFiles(id, files);
+      } catch (err) {
+        throw new Error(`write files into container ${id}: ${dockerMessage(err)}`, { cause: err });
       }
     },
 
@@ -211,5 +264,36 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
     },
 
     events: (signal) => containerEvents(docker, signal),
+
+    async kill(id, signal) {
+      try {
+        const details = await ownedOrNull(id);
+        if (!details?.State?.Running) return false;
+        await docker.getContainer(id).kill({ signal });
+        return true;
+      } catch (err) {
+        // 409: it stopped between the inspect and the kill.
+        if (isNotFound(err) || isConflict(err)) return false;
+        throw new Error(`signal container ${id}: ${dockerMessage(err)}`, { cause: err });
+      }
+    },
+
+    async commit(id, target) {
+      try {
+        if (!(await ownedOrNull(id))) throw new Error('no such container');
+        // pause: false, so a running container is not frozen while its layer is copied.
+        const result = (await docker.getContainer(id).commit({
+          repo: target.repository,
+          tag: target.tag,
+          comment: target.comment ?? undefined,
+          pause: false,
+        })) as { Id?: string };
+        const imageId = result.Id ?? '';
+        const image = await docker.getImage(imageId).inspect();
+        return { imageId, sizeBytes: typeof image.Size === 'number' ? image.Size : null };
+      } catch (err) {
+        throw new Error(`commit container ${id}: ${dockerMessage(err)}`, { cause: err });
+      }
+    },
   };
 }

@@ -325,6 +325,8 @@ export class Reconciler {
         ((current.state === 'exited' || current.state === 'dead') && restartable)
       ) {
         logger.info({ workloadId: id, containerId: current.id, state: current.state }, 'starting container');
+        // Secret files are written before every start, so a rotated value reaches a restarted container.
+        if (spec.files && spec.files.length > 0) await runtime.writeFiles(current.id, spec.files);
         await runtime.start(current.id);
       }
       this.#failures.delete(id);

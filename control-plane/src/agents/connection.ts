@@ -54,6 +54,11 @@ export interface ConnectionContext {
   /** The welcomed connection closed. */
   disconnected(connection: AgentConnection): Promise<void>;
   heartbeat(hostId: string, atMs: number): void;
+  /**
+   * May this connection become the host's? False while another connection of the host is alive:
+   * a second agent with the same credential is refused, the first one keeps its connection.
+   */
+  claim(connection: AgentConnection, hostId: string): Promise<boolean>;
 }
 
 export type ReplyMessage = MessageOf<'reply'>;
@@ -463,6 +468,20 @@ export class AgentConnection {
       return;
     }
     const hostId = auth.host.id;
+    if (!(await this.ctx.claim(this, hostId))) {
+      this.#log().warn(
+        this.#details({ claimedHostId: hostId }),
+        'a second agent claims a host whose agent is connected and answering; refused',
+      );
+      this.refuse(
+        'host_already_connected',
+        `host ${hostId} is already connected from another agent that still answers; two agents must not share a credential`,
+        true,
+        CLOSE_CODES.refusedRetry,
+        message.id,
+      );
+      return;
+    }
     await this.ctx.hosts.markConnected(hostId, {
       replicaId: this.ctx.replicaId,
       connectionId: this.id,
@@ -584,6 +603,30 @@ export class AgentConnection {
       (m) => this.#send(m),
       timeoutMs,
     );
+  }
+
+  /** Whether the peer still answers: a WebSocket ping answered by a pong within `timeoutMs`. */
+  probe(timeoutMs: number): Promise<boolean> {
+    if (this.#state !== 'ready' || this.ws.readyState !== WebSocket.OPEN) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const done = (alive: boolean) => {
+        clearTimeout(timer);
+        this.ws.off('pong', onPong);
+        this.ws.off('close', onClose);
+        resolve(alive);
+      };
+      const onPong = () => done(true);
+      const onClose = () => done(false);
+      const timer = setTimeout(() => done(false), timeoutMs);
+      timer.unref();
+      this.ws.on('pong', onPong);
+      this.ws.on('close', onClose);
+      try {
+        this.ws.ping();
+      } catch {
+        done(false);
+      }
+    });
   }
 
   /** Closes the socket if heartbeats stopped for longer than `graceMs`. */

@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import { ApiError, randomBase36 } from '@anvil/shared';
 import {
   AGENT_CONNECT_PATH,
+  AGENT_TUNNEL_PATH,
   CLOSE_CODES,
   type CommandBody,
   MAX_FRAME_BYTES,
@@ -46,9 +47,17 @@ export interface AgentGatewayOptions {
   heartbeatFlushMs?: number;
   /** How often silent hosts are looked for. */
   livenessIntervalMs?: number;
+  /** How long the current connection of a host has to answer a ping when another agent claims the host. */
+  claimProbeMs?: number;
 }
 
 const silent: GatewayLogger = { debug() {}, info() {}, warn() {}, error() {} };
+
+/** Serves the agents' tunnel sockets (AGENT_TUNNEL_PATH) on the gateway's HTTP servers. */
+export interface TunnelEndpoint {
+  handleUpgrade(request: IncomingMessage, socket: Duplex, head: Buffer): void;
+  closeAll(): void;
+}
 
 interface RelayWaiter {
   resolve(result: unknown): void;
@@ -81,6 +90,7 @@ export class AgentGateway {
   readonly #attached = new Set<Server>();
   readonly #context: ConnectionContext;
   #logger: GatewayLogger = silent;
+  #tunnels: TunnelEndpoint | null = null;
   #closing = false;
   #started = false;
 
@@ -89,7 +99,8 @@ export class AgentGateway {
     this.#settings = {
       heartbeatSeconds: options.config.heartbeatSeconds,
       metricsSeconds: options.config.metricsSeconds,
-      handshakeTimeoutMs: options.handshakeTimeoutMs ?? 15_000,
+      // Generous: an agent on a busy machine gathers its inventory (seconds) before its hello.
+      handshakeTimeoutMs: options.handshakeTimeoutMs ?? 60_000,
       desiredAckTimeoutMs: options.desiredAckTimeoutMs ?? 60_000,
       serverVersion: CONTROL_PLANE_VERSION,
     };
@@ -115,11 +126,17 @@ export class AgentGateway {
       heartbeat: (hostId, atMs) => {
         this.#heartbeats.set(hostId, atMs);
       },
+      claim: (connection, hostId) => this.#claim(connection, hostId),
     };
   }
 
   useLogger(logger: GatewayLogger): void {
     this.#logger = logger;
+  }
+
+  /** Tunnel sockets arrive on the same servers as agent connections and close with them. */
+  useTunnelEndpoint(endpoint: TunnelEndpoint): void {
+    this.#tunnels = endpoint;
   }
 
   get connectedCount(): number {
@@ -139,6 +156,10 @@ export class AgentGateway {
     this.#attached.add(server);
     server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
       const path = (request.url ?? '').split('?')[0];
+      if (path === AGENT_TUNNEL_PATH && this.#tunnels) {
+        this.#tunnels.handleUpgrade(request, socket, head);
+        return;
+      }
       if (path !== AGENT_CONNECT_PATH) {
         if (server.listenerCount('upgrade') === 1) reject(socket, 404, 'Not Found');
         return;
@@ -168,6 +189,24 @@ export class AgentGateway {
         CLOSE_CODES.refusedRetry,
       );
     }
+  }
+
+  /**
+   * A hello for a host this process already holds: the newcomer replaces the current connection only
+   * if that one no longer answers a ping (the same agent redialling after a network drop, its old
+   * socket half-open). While it answers, the newcomer is a second agent with the same credential and
+   * is refused (retryable: it takes over if the first one dies). Replacing both ways would make two
+   * such agents knock each other off forever.
+   */
+  async #claim(connection: AgentConnection, hostId: string): Promise<boolean> {
+    const current = this.#byHost.get(hostId);
+    if (!current || current === connection || !current.isReady) return true;
+    if (await current.probe(this.#o.claimProbeMs ?? 2_000)) return false;
+    this.#logger.info(
+      { hostId, connectionId: current.id },
+      "the host's current connection does not answer a ping; the new connection replaces it",
+    );
+    return true;
   }
 
   async #welcomed(connection: AgentConnection): Promise<void> {
@@ -444,9 +483,23 @@ export class AgentGateway {
       () => this.flushHeartbeats(),
       'writing heartbeats',
     );
+    const livenessMs = this.#o.livenessIntervalMs ?? Math.max(250, Math.min(5_000, graceMs / 4));
+    let lastCheck = performance.now();
     every(
-      this.#o.livenessIntervalMs ?? Math.max(250, Math.min(5_000, graceMs / 4)),
-      () => this.checkLiveness(),
+      livenessMs,
+      async () => {
+        // After this process itself stalled (CPU starvation, a long GC), heartbeats that arrived
+        // meanwhile still wait unread in socket buffers: timers run before sockets are read. Skip one
+        // round rather than declare every host silent.
+        const at = performance.now();
+        const stalledMs = at - lastCheck - livenessMs;
+        lastCheck = at;
+        if (stalledMs > Math.max(1_000, livenessMs)) {
+          this.#logger.warn({ stalledMs: Math.round(stalledMs) }, 'liveness check late; skipped once');
+          return;
+        }
+        await this.checkLiveness();
+      },
       'liveness check',
     );
   }
@@ -454,6 +507,7 @@ export class AgentGateway {
   /** Refuses new agents and closes every connection (retryable: agents redial another replica or later). */
   async closeAll(): Promise<void> {
     this.#closing = true;
+    this.#tunnels?.closeAll();
     const all = [...this.#connections];
     for (const connection of all) {
       connection.refuse(

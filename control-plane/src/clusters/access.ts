@@ -1,6 +1,6 @@
 import { ApiError } from '@anvil/shared';
 import type { RolePermission } from '../accounts/roles.ts';
-import type { AccessControl, Actor } from '../auth/access.ts';
+import type { AccessControl, Actor, Decision, MemberAccess } from '../auth/access.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 
@@ -28,6 +28,38 @@ export class ClusterAccess {
       resourceId: listed ? cluster.id : undefined,
     });
     return cluster;
+  }
+
+  /**
+   * The same decision for a member acting without an API key (SSH relay, web terminal reconnects): on
+   * the cluster as a resource, so ownership, team management, grants and shares count. A cluster not in
+   * the resource directory is judged with the owner recorded on the cluster row. Never throws.
+   */
+  async decideForMember(
+    cluster: Cluster,
+    userId: string,
+    permission: RolePermission,
+  ): Promise<Decision & { member: MemberAccess | null }> {
+    const member = await this.access.load(cluster.accountId, userId);
+    if (!member) {
+      return {
+        allowed: false,
+        source: null,
+        role: 'none',
+        reason: 'not a member of the account',
+        member: null,
+      };
+    }
+    const resource = (await this.access.findResource(cluster.accountId, cluster.id)) ?? {
+      id: cluster.id,
+      accountId: cluster.accountId,
+      type: 'cluster',
+      name: cluster.name,
+      ownerId: cluster.ownerId,
+      createdAt: cluster.createdAt,
+      deletedAt: null,
+    };
+    return { ...(await this.access.decide(member, permission, 'clusters', resource)), member };
   }
 }
 

@@ -340,6 +340,27 @@ describe('migrator', () => {
         await prisma.gpuPrice.create({ data });
         return [data, await prisma.gpuPrice.findUniqueOrThrow({ where: { gpuType: 'H100' } })];
       },
+      HostCapacity: async () => {
+        const data = {
+          hostId: 'host_capacity_fixture',
+          gpuType: 'H100',
+          gpuIndices: [0, 1],
+          gpuUuids: ['GPU-a', 'GPU-b'],
+          cpuThreads: 16,
+          memoryGb: 125.5,
+          diskGb: 900,
+          freeCount: 2,
+          digest: 'd',
+          updatedAt: at,
+        };
+        await prisma.hostCapacity.create({ data });
+        return [
+          data,
+          await prisma.hostCapacity.findUniqueOrThrow({
+            where: { hostId_gpuType: { hostId: data.hostId, gpuType: 'H100' } },
+          }),
+        ];
+      },
       ClusterTemplate: async () => {
         const data = {
           id: 'tmpl_fixture',
@@ -371,6 +392,111 @@ describe('migrator', () => {
         };
         await prisma.clusterTemplate.create({ data });
         return [data, await prisma.clusterTemplate.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      ClusterTemplateVersion: async () => {
+        const data = {
+          id: 'tmpl_fixture@1.2.0',
+          templateId: 'tmpl_fixture',
+          version: '1.2.0',
+          versionNotes: 'notes',
+          snapshot: { docker_image: 'anvil/pytorch:test', environment_variables: { A: 'b' } },
+          createdById: userId,
+          createdAt: at,
+        };
+        await prisma.clusterTemplateVersion.create({ data });
+        return [data, await prisma.clusterTemplateVersion.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      UsageAlert: async () => {
+        const data = {
+          id: 'alert_fixture_rule',
+          accountId,
+          name: 'Daily spend',
+          type: 'cost',
+          threshold: 12.5,
+          period: 'daily',
+          enabled: true,
+          createdById: userId,
+          createdAt: at,
+        };
+        await prisma.usageAlert.create({ data });
+        return [data, await prisma.usageAlert.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      UsageAlertTrigger: async () => {
+        const data = {
+          id: 'alert_fixture_trigger',
+          accountId,
+          alertId: 'alert_fixture_rule',
+          ruleKey: 'alert_fixture_rule',
+          type: 'cost',
+          period: 'daily',
+          periodStart: at,
+          threshold: 12.5,
+          value: 13.25,
+          triggeredAt: at,
+          notifications: [{ channel: 'webhook', status: 'sent' }],
+        };
+        await prisma.usageAlertTrigger.create({ data });
+        return [data, await prisma.usageAlertTrigger.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      SshKey: async () => {
+        const data = {
+          id: 'sshkey_fixture',
+          accountId,
+          userId,
+          name: 'laptop',
+          keyType: 'ssh-ed25519',
+          publicKey: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFixture',
+          fingerprint: 'SHA256:fixture',
+          bits: 256,
+          comment: 'me@laptop',
+          lastUsedAt: at,
+          createdAt: at,
+        };
+        await prisma.sshKey.create({ data });
+        return [data, await prisma.sshKey.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      ClusterCustomMetric: async () => {
+        const data = {
+          id: 7n,
+          clusterId: 'cluster_fixture',
+          accountId,
+          name: 'training_loss',
+          description: 'loss per step',
+          type: 'gauge',
+          unit: 'ratio',
+          tags: ['train'],
+          value: 0.25,
+          at,
+          receivedAt: at,
+        };
+        await prisma.clusterCustomMetric.create({ data });
+        return [data, await prisma.clusterCustomMetric.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      ClusterSecret: async () => {
+        const data = {
+          id: 'secret_fixture',
+          accountId,
+          clusterId: 'cluster_fixture',
+          name: 'hf-token',
+          description: 'd',
+          type: 'api_key',
+          category: 'ml_services',
+          sealedValue: 'v1.0123abcd.nonce.body.tag',
+          environmentVariable: 'HF_TOKEN',
+          filePath: '/run/secrets/hf',
+          expirationDate: at,
+          permissions: { read_only: true, allowed_users: [], allowed_roles: ['admin'], file_mode: 256 },
+          rotationPolicy: { enabled: true, rotation_interval_days: 30, notification_days_before: 7 },
+          lastRotation: at,
+          nextRotation: at,
+          tags: ['ml'],
+          accessCount: 3,
+          lastAccessed: at,
+          createdById: userId,
+          createdAt: at,
+        };
+        await prisma.clusterSecret.create({ data });
+        return [data, await prisma.clusterSecret.findUniqueOrThrow({ where: { id: data.id } })];
       },
       // Accounts: roles and permissions, team, settings (issue 6).
       CustomRole: async () => {
@@ -511,6 +637,70 @@ describe('migrator', () => {
         };
         await prisma.accountSettings.create({ data });
         return [data, await prisma.accountSettings.findUniqueOrThrow({ where: { accountId } })];
+      },
+      // HTTPS port proxy (issue 5); rows reference the Cluster fixture above.
+      ProxySettings: async () => {
+        const data = {
+          clusterId: 'cluster_fixture',
+          enabled: false,
+          defaultAuthentication: true,
+          sessionTimeoutMinutes: 30,
+          maxConcurrentSessions: 5,
+          ipWhitelist: ['10.0.0.0/8', '2001:db8::/32'],
+          blockedIps: ['10.1.2.3'],
+          globalRateLimit: { requests_per_minute: 600, burst_size: 50 },
+          perUserRateLimit: null,
+          securityHeaders: { hsts_enabled: true, content_security_policy: null, x_frame_options: 'DENY' },
+          createdAt: at,
+        };
+        await prisma.proxySettings.create({ data: { ...data, perUserRateLimit: Prisma.DbNull } });
+        return [data, await prisma.proxySettings.findUniqueOrThrow({ where: { clusterId: data.clusterId } })];
+      },
+      ProxyPortMapping: async () => {
+        const data = {
+          id: 'port_fixture',
+          clusterId: 'cluster_fixture',
+          internalPort: 8888,
+          externalPort: 30000,
+          protocol: 'tcp',
+          description: 'jupyter',
+          healthCheck: { enabled: true, path: '/', interval_seconds: 30 },
+          accessControl: { public_access: false },
+          customDomain: null,
+          healthStatus: 'healthy',
+          consecutiveFailures: 0,
+          lastCheck: at,
+          totalRequests: 12n,
+          totalResponseMs: 34.5,
+          lastAccessed: at,
+          createdAt: at,
+        };
+        await prisma.proxyPortMapping.create({ data });
+        return [data, await prisma.proxyPortMapping.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      ProxyVisitor: async () => {
+        const data = { portId: 'port_fixture', visitor: 'a'.repeat(64), firstSeen: at };
+        await prisma.proxyVisitor.create({ data });
+        return [
+          data,
+          await prisma.proxyVisitor.findUniqueOrThrow({
+            where: { portId_visitor: { portId: data.portId, visitor: data.visitor } },
+          }),
+        ];
+      },
+      ProxySession: async () => {
+        const data = {
+          tokenHash: 'b'.repeat(64),
+          kind: 'session',
+          clusterId: 'cluster_fixture',
+          internalPort: 8888,
+          userId,
+          keyId: 'key_fixture',
+          expiresAt: at,
+          createdAt: at,
+        };
+        await prisma.proxySession.create({ data });
+        return [data, await prisma.proxySession.findUniqueOrThrow({ where: { tokenHash: data.tokenHash } })];
       },
     };
     const models = Object.values(Prisma.ModelName).sort();

@@ -5,6 +5,7 @@ import type { Config } from '../config.ts';
 import type { Database } from '../db/index.ts';
 import { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import { type TelemetryOptions, TelemetryService } from '../telemetry/telemetry.ts';
+import { TunnelService } from '../tunnels/service.ts';
 import { WorkloadService } from '../workloads/workloads.ts';
 import { FleetEvents } from './events.ts';
 import { HostService } from './hosts.ts';
@@ -18,6 +19,8 @@ export interface Fleet {
   workloads: WorkloadService;
   telemetry: TelemetryService;
   agents: AgentGateway;
+  /** Reverse tunnels into workloads' containers through their agents (TunnelOpener). */
+  tunnels: TunnelService;
   /** The Prometheus registry behind /metrics. */
   metrics: ControlPlaneMetrics;
   useLogger(logger: GatewayLogger): void;
@@ -57,6 +60,8 @@ export function createFleet(
     metrics,
     ...options.gateway,
   });
+  const tunnels = new TunnelService({ agents, workloads, hosts });
+  agents.useTunnelEndpoint(tunnels);
   metrics.useSources({ db, clock, connectedAgents: () => agents.connectedCount });
   return {
     events,
@@ -65,9 +70,11 @@ export function createFleet(
     workloads,
     telemetry,
     agents,
+    tunnels,
     metrics,
     useLogger(logger) {
       agents.useLogger(logger);
+      tunnels.useLogger(logger);
       telemetry.useErrorHandler((error, what) => logger.error({ err: error }, `${what} failed`));
     },
     async start() {

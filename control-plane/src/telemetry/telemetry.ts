@@ -294,8 +294,9 @@ export class TelemetryService {
     await this.db.sql.query(
       `INSERT INTO log_entries (host_id, workload_id, container_id, stream, ts, at, line, received_at)
        SELECT x.host_id, x.workload_id, x.container_id, x.stream, x.ts, x.at, x.line, $2
-       FROM jsonb_to_recordset($1::jsonb) WITH ORDINALITY
-            AS x(host_id text, workload_id text, container_id text, stream text, ts text, at timestamptz, line text, n bigint)
+       FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
+              AS (host_id text, workload_id text, container_id text, stream text, ts text, at timestamptz, line text))
+            WITH ORDINALITY AS x(host_id, workload_id, container_id, stream, ts, at, line, n)
        ORDER BY x.n`,
       [JSON.stringify(rows), this.clock.now().toISOString()],
     );

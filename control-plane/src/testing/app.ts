@@ -29,6 +29,8 @@ export async function createTestApp(
     clock?: Clock;
     env?: Record<string, string>;
     database?: TestDatabase;
+    /** Logger of the app and its context (default: silent unless ANVIL_TEST_LOG_LEVEL says otherwise). */
+    logger?: Logger;
     /** Registers extra routes (test-only fixtures) before the app is sealed. */
     extend?: (app: TestApp['app']) => void | Promise<void>;
   } = {},
@@ -36,9 +38,10 @@ export async function createTestApp(
   const database = options.database ?? (await createTestDatabase());
   const config: Config = loadConfig({ ANVIL_DATA_DIR: '/tmp/anvil-test-unused', ...options.env });
   const boot = await bootstrapOwner(database.db, { ownerEmail: config.ownerEmail, bootstrapApiKey: null });
-  const context = createContext(config, database.db, options.clock);
+  const logger = options.logger ?? testLogger();
+  const context = createContext(config, database.db, options.clock, options.logger);
   await context.start();
-  const app = await buildApp({ context, logger: testLogger() });
+  const app = await buildApp({ context, logger });
   await options.extend?.(app);
   await app.ready();
   return {

@@ -66,8 +66,10 @@ export interface CreateWorkloadInput {
 
 let specChecker: TypeCheck<typeof WorkloadSpec> | null = null;
 
-function validSpec(id: string, spec: WorkloadSpecInput): WorkloadSpecValue {
+function validSpec(id: string, input: WorkloadSpecInput): WorkloadSpecValue {
   specChecker ??= TypeCompiler.Compile(WorkloadSpec);
+  // Secret env and files are filled in as the desired set is sent (useSpecResolver), never stored.
+  const { secretEnv: _env, files: _files, ...spec } = input;
   const full = { ...spec, workloadId: id };
   if (!specChecker.Check(full)) {
     const error = specChecker.Errors(full).First();
@@ -105,6 +107,29 @@ export function viewWorkload(row: Workload): WorkloadView {
 
 type Tx = Prisma.TransactionClient;
 
+/** The workload a spec belongs to, as a spec resolver sees it. */
+export interface ResolvableWorkload {
+  id: string;
+  kind: WorkloadKind;
+  ownerAccountId: string;
+  hostId: string;
+}
+
+/**
+ * Completes a stored spec just before it is sent to the agent (contract 5: the secrets area fills
+ * `secretEnv` and `files` of cluster workloads). Returns the spec to send.
+ */
+export type SpecResolver = (
+  spec: WorkloadSpecValue,
+  workload: ResolvableWorkload,
+) => Promise<WorkloadSpecValue>;
+
+/** Told of every container state change an agent reports, after it is stored. */
+export type ContainerStateListener = (
+  workload: { hostId: string; workloadId: string },
+  change: MessageOf<'container_state'>,
+) => Promise<void>;
+
 /** Pull progress is written at most this often per workload (the final event always). */
 const PULL_PROGRESS_MIN_INTERVAL_MS = 1000;
 
@@ -115,6 +140,8 @@ const PULL_PROGRESS_MIN_INTERVAL_MS = 1000;
  */
 export class WorkloadService {
   readonly #pullWrittenAt = new Map<string, number>();
+  readonly #resolvers: SpecResolver[] = [];
+  readonly #stateListeners = new Set<ContainerStateListener>();
 
   constructor(
     private readonly db: Database,
@@ -223,10 +250,29 @@ export class WorkloadService {
     );
   }
 
-  /** The host's desired set and its generation, read in one statement (one snapshot); null for no such host. */
+  /** Adds a resolver that desiredSet() runs every spec through, in the order they were added. */
+  useSpecResolver(resolver: SpecResolver): void {
+    this.#resolvers.push(resolver);
+  }
+
+  /** Listens to container state changes (the secrets area counts injections); returns the unsubscribe. */
+  onContainerState(listener: ContainerStateListener): () => void {
+    this.#stateListeners.add(listener);
+    return () => this.#stateListeners.delete(listener);
+  }
+
+  /**
+   * The host's desired set and its generation, read in one statement (one snapshot); null for no such
+   * host. The specs are then completed by the spec resolvers (which may read more, e.g. secrets).
+   */
   async desiredSet(hostId: string): Promise<{ generation: number; workloads: WorkloadSpecValue[] } | null> {
-    const rows = await this.db.sql.query<{ generation: number; spec: WorkloadSpecValue | null }>(
-      `SELECT h.desired_generation AS generation, w.spec
+    const rows = await this.db.sql.query<{
+      generation: number;
+      spec: WorkloadSpecValue | null;
+      kind: WorkloadKind | null;
+      owner_account_id: string | null;
+    }>(
+      `SELECT h.desired_generation AS generation, w.spec, w.kind, w.owner_account_id
        FROM hosts h LEFT JOIN workloads w ON w.host_id = h.id AND w.desired = 'running'
        WHERE h.id = $1 AND h.deleted_at IS NULL
        ORDER BY w.created_at, w.id`,
@@ -234,12 +280,26 @@ export class WorkloadService {
     );
     const first = rows[0];
     if (!first) return null;
-    return {
-      generation: Number(first.generation),
-      workloads: rows.flatMap((r) =>
-        r.spec ? [typeof r.spec === 'string' ? JSON.parse(r.spec) : r.spec] : [],
-      ),
-    };
+    const workloads = await Promise.all(
+      rows.flatMap((r) => {
+        if (!r.spec) return [];
+        const spec: WorkloadSpecValue = typeof r.spec === 'string' ? JSON.parse(r.spec) : r.spec;
+        const workload: ResolvableWorkload = {
+          id: spec.workloadId,
+          kind: r.kind as WorkloadKind,
+          ownerAccountId: r.owner_account_id ?? '',
+          hostId,
+        };
+        return [this.#resolve(spec, workload)];
+      }),
+    );
+    return { generation: Number(first.generation), workloads };
+  }
+
+  async #resolve(spec: WorkloadSpecValue, workload: ResolvableWorkload): Promise<WorkloadSpecValue> {
+    let resolved = spec;
+    for (const resolver of this.#resolvers) resolved = await resolver(resolved, workload);
+    return resolved;
   }
 
   /**
@@ -296,6 +356,11 @@ export class WorkloadService {
          actual_status = COALESCE(actual_status, '{}'::jsonb) || $4::jsonb, actual_at = $5, updated_at = $5
        WHERE id = $2 AND host_id = $1`,
       [hostId, change.workloadId, phase, JSON.stringify(patch), now],
+    );
+    await Promise.allSettled(
+      [...this.#stateListeners].map((listener) =>
+        listener({ hostId, workloadId: change.workloadId }, change),
+      ),
     );
   }
 

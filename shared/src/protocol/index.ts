@@ -6,5 +6,6 @@ export * from './logs.ts';
 export * from './messages.ts';
 export * from './metrics.ts';
 export * from './requests.ts';
+export * from './tunnel.ts';
 export * from './version.ts';
 export * from './workload.ts';

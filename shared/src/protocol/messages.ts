@@ -3,6 +3,7 @@ import { EpochMs, Nullable, WorkloadId } from './common.ts';
 import { Inventory } from './inventory.ts';
 import { LogEntry, LogLoss } from './logs.ts';
 import { MetricSample } from './metrics.ts';
+import { TunnelId, TunnelTarget, TunnelToken } from './tunnel.ts';
 import { WorkloadSpec, WorkloadStatus } from './workload.ts';
 
 /**
@@ -162,6 +163,40 @@ export const CommandBody = Type.Union([
   /** Re-send inventory and actual state. */
   Type.Object({ name: Type.Literal('resync') }),
   Type.Object({ name: Type.Literal('inspect_workload'), workloadId: WorkloadId }),
+  /**
+   * Open a reverse tunnel into the workload's container (tunnel.ts): the agent connects the target,
+   * dials AGENT_TUNNEL_PATH with its credential and this one-time token, and replies once the tunnel
+   * socket is open (an error reply when the port refuses, the exec fails or the socket is refused).
+   */
+  Type.Object({
+    name: Type.Literal('open_tunnel'),
+    tunnelId: TunnelId,
+    token: TunnelToken,
+    workloadId: WorkloadId,
+    target: TunnelTarget,
+  }),
+  /**
+   * Sends a signal to the workload's container (the cluster stop's notifying_processes phase). Answers
+   * {containerId, signalled}: signalled is false when no container is running.
+   */
+  Type.Object({
+    name: Type.Literal('signal_workload'),
+    workloadId: WorkloadId,
+    signal: Type.Union(['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGKILL'].map((s) => Type.Literal(s))),
+  }),
+  /**
+   * `docker commit` of the workload's container (running or exited) as repository:tag (a snapshot).
+   * Answers {imageId, repository, tag, sizeBytes}.
+   */
+  Type.Object({
+    name: Type.Literal('commit_workload'),
+    workloadId: WorkloadId,
+    repository: Type.String({ pattern: '^[a-z0-9]+([._/-][a-z0-9]+)*$', maxLength: 200 }),
+    tag: Type.String({ pattern: '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$' }),
+    comment: Nullable(Type.String({ maxLength: 1000 })),
+  }),
+  /** Deletes the workload's volume directory (its container must be gone or stopped). Answers {removed}. */
+  Type.Object({ name: Type.Literal('remove_volume'), workloadId: WorkloadId }),
 ]);
 export type CommandBody = Static<typeof CommandBody>;
 

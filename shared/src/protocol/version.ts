@@ -29,5 +29,8 @@ export function protocolMismatchReason(peer: 'agent' | 'control plane', peerVers
 /** The WebSocket path agents dial on the control plane. */
 export const AGENT_CONNECT_PATH = '/agent/v1/connect';
 
+/** The WebSocket path an agent dials for each reverse tunnel the control plane asks for (tunnel.ts). */
+export const AGENT_TUNNEL_PATH = '/agent/v1/tunnel';
+
 /** Largest frame either side accepts; log and metric batches are sized to stay well under it. */
 export const MAX_FRAME_BYTES = 4 * 1024 * 1024;

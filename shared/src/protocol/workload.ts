@@ -24,6 +24,14 @@ export const GpuAssignment = Type.Object({
   uuid: Type.String({ minLength: 1 }),
 });
 
+/** A file written into the container: absolute path, numeric mode (0o400), content in base64. */
+export const SecretFile = Type.Object({
+  path: Type.String({ pattern: '^/', maxLength: 255 }),
+  mode: Type.Integer({ minimum: 0, maximum: 0o7777 }),
+  contentBase64: Type.String(),
+});
+export type SecretFile = Static<typeof SecretFile>;
+
 /** What the control plane wants running: one container per workload id. */
 export const WorkloadSpec = Type.Object({
   workloadId: WorkloadId,
@@ -46,6 +54,17 @@ export const WorkloadSpec = Type.Object({
   restartPolicy: RestartPolicy,
   /** Seconds between SIGTERM and SIGKILL when the container is stopped. */
   stopGraceSeconds: Type.Integer({ minimum: 0, maximum: 3600 }),
+  /**
+   * Secret env variables, merged into `env` when the container is created. Filled by the control plane
+   * as it sends the desired set (never stored) and left out of the spec hash: a changed value reaches
+   * the container at its next creation, it does not recreate a running one.
+   */
+  secretEnv: Type.Optional(Type.Record(Type.String({ pattern: '^[^=]+$' }), Type.String())),
+  /**
+   * Secret files, written into the container before each start (parent directories created as
+   * needed, owned by root). Like secretEnv: never stored, not part of the spec hash.
+   */
+  files: Type.Optional(Type.Array(SecretFile)),
 });
 export type WorkloadSpec = Static<typeof WorkloadSpec>;
 

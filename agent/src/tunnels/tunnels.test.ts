@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest';
+import { DockerDemuxer } from './demux.ts';
+import { tunnelUrl } from './url.ts';
+
+function muxFrame(type: number, text: string): Buffer {
+  const payload = Buffer.from(text);
+  const header = Buffer.alloc(8);
+  header[0] = type;
+  header.writeUInt32BE(payload.length, 4);
+  return Buffer.concat([header, payload]);
+}
+
+describe('DockerDemuxer', () => {
+  it('splits stdout and stderr across arbitrary chunk boundaries', () => {
+    const out: string[] = [];
+    const demux = new DockerDemuxer((stream, payload) => out.push(`${stream}:${payload.toString()}`));
+    const bytes = Buffer.concat([muxFrame(1, 'hello '), muxFrame(2, 'oops'), muxFrame(1, 'world')]);
+    for (let at = 0; at < bytes.length; at += 3) demux.push(bytes.subarray(at, at + 3));
+    expect(out).toEqual(['stdout:hello ', 'stderr:oops', 'stdout:world']);
+    expect(demux.pendingBytes).toBe(0);
+  });
+
+  it('holds an incomplete frame until the rest arrives', () => {
+    const out: string[] = [];
+    const demux = new DockerDemuxer((_stream, payload) => out.push(payload.toString()));
+    const frame = muxFrame(1, 'abcdef');
+    demux.push(frame.subarray(0, 10));
+    expect(out).toEqual([]);
+    expect(demux.pendingBytes).toBe(10);
+    demux.push(frame.subarray(10));
+    expect(out).toEqual(['abcdef']);
+  });
+});
+
+describe('tunnelUrl', () => {
+  it('maps the control plane to the tunnel path', () => {
+    expect(tunnelUrl('https://cp.example.com')).toBe('wss://cp.example.com/agent/v1/tunnel');
+    expect(tunnelUrl('http://127.0.0.1:8080/')).toBe('ws://127.0.0.1:8080/agent/v1/tunnel');
+    expect(tunnelUrl('http://host/prefix')).toBe('ws://host/prefix/agent/v1/tunnel');
+  });
+});

@@ -1,0 +1,211 @@
+// Two cluster figures, printed, never asserted on:
+// 1. Time from POST /v1/clusters to `running` (a real agent with simulated 2xH100 running a real busybox
+//    container in Docker) against a bare `docker run -d` of the same image and command, alternating, in
+//    the same run: the ratio of medians is the control plane's overhead factor.
+// 2. Scheduler placements per second committed to PostgreSQL with 5,000 simulated hosts (8 H100 each,
+//    rows inserted directly): pending clusters placed by the real Allocator (row locks, best fit) from
+//    CONCURRENCY workers; afterwards every GPU is checked to be held at most once.
+// Run: `npm run bench` (all benches) or `node --import tsx bench/cluster-create.ts`.
+// Needs Docker (part 1) and ANVIL_TEST_POSTGRES_URL (part 2); a part without its dependency is skipped.
+import { loadavg } from 'node:os';
+import { pathToFileURL } from 'node:url';
+import { systemClock } from '../control-plane/src/auth/clock.ts';
+import { Allocator } from '../control-plane/src/scheduler/allocator.ts';
+import { insertSimulatedHosts } from '../control-plane/src/scheduler/simulated-hosts.ts';
+import { call } from '../control-plane/src/testing/accounts.ts';
+import { createTestApp } from '../control-plane/src/testing/app.ts';
+import { createTestDatabase } from '../control-plane/src/testing/database.ts';
+import { startAgent } from '../test/agent/harness.ts';
+import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../test/fixtures/images/busybox.ts';
+import { dockerAvailable, testDocker } from '../test/fixtures/images/docker.ts';
+
+const ROUNDS = Number(process.env['BENCH_CLUSTER_ROUNDS'] ?? 5);
+const HOSTS = 5_000;
+const PLACEMENTS = Number(process.env['BENCH_PLACEMENTS'] ?? 2_000);
+const CONCURRENCY = 8;
+
+/** Figures go to stdout (benchmarks print, never assert). */
+function print(line: string): void {
+  process.stdout.write(`${line}\n`);
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+}
+
+async function until<T>(check: () => Promise<T | null>, timeoutMs: number, everyMs = 5): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== null) return value;
+    if (Date.now() > end) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+  }
+}
+
+export interface ClusterCreateResult {
+  createToRunningMs: number[];
+  dockerRunMs: number[];
+  ratio: number;
+}
+
+export async function runCreateToRunning(rounds = ROUNDS): Promise<ClusterCreateResult | null> {
+  if (!dockerAvailable()) {
+    print('cluster create → running: skipped (no Docker engine)');
+    return null;
+  }
+  const docker = testDocker();
+  await ensureBusyboxImage(docker);
+  const t = await createTestApp({ env: { ANVIL_HEARTBEAT_SECONDS: '2' } });
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  const address = t.app.server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  const token = (await call(t, { method: 'POST', url: '/v2/admin/hosts/join-tokens', payload: {} })).json()
+    .value;
+  const agent = await startAgent(docker, {
+    controlPlaneUrl: `http://127.0.0.1:${port}`,
+    joinToken: token,
+    handshakeTimeoutMs: 60_000,
+  });
+  const hostId = await until(
+    async () =>
+      (await t.context.db.prisma.host.findFirst({ where: { state: 'ready', gpuCount: 2 } }))?.id ?? null,
+    180_000,
+    50,
+  );
+  const command = ['sleep', '3600'];
+  const cluster: number[] = [];
+  const bare: number[] = [];
+  try {
+    for (let round = 0; round < rounds; round++) {
+      // Cluster: POST → GET until running (the agent reported the container running).
+      const started = performance.now();
+      const created = await call(t, {
+        method: 'POST',
+        url: '/v1/clusters',
+        payload: {
+          name: `bench-${round}`,
+          docker_image: BUSYBOX_IMAGE,
+          gpu_type: 'H100',
+          command,
+          cpu_cores: 1,
+          memory_gb: 1,
+          storage_gb: 1,
+        },
+      });
+      if (created.statusCode !== 201) throw new Error(`create: ${created.body}`);
+      const id = created.json().data.id as string;
+      await until(
+        async () =>
+          (await call(t, { url: `/v1/clusters/${id}` })).json().data.status === 'running' ? true : null,
+        120_000,
+      );
+      cluster.push(performance.now() - started);
+      await call(t, {
+        method: 'DELETE',
+        url: `/v1/clusters/${id}`,
+        payload: { confirm_deletion: 'DELETE', force: true, wait_for_completion: true },
+      });
+
+      // Bare docker run -d of the same image and command, until Docker says it runs.
+      const bareStarted = performance.now();
+      const container = await docker.createContainer({
+        Image: BUSYBOX_IMAGE,
+        Cmd: command,
+        Labels: { 'anvil.test': '1' },
+      });
+      await container.start();
+      await until(async () => ((await container.inspect()).State.Running ? true : null), 60_000);
+      bare.push(performance.now() - bareStarted);
+      await container.remove({ force: true });
+    }
+  } finally {
+    await agent.stop().catch(() => {});
+    await t.close();
+    const left = await docker.listContainers({ all: true, filters: { label: [`anvil.host=${hostId}`] } });
+    await Promise.all(
+      left.map((c) =>
+        docker
+          .getContainer(c.Id)
+          .remove({ force: true })
+          .catch(() => {}),
+      ),
+    );
+  }
+  const ratio = median(cluster) / median(bare);
+  print(
+    `cluster create → running: median ${median(cluster).toFixed(0)} ms (${cluster.map((v) => v.toFixed(0)).join(', ')}); ` +
+      `bare docker run: median ${median(bare).toFixed(0)} ms (${bare.map((v) => v.toFixed(0)).join(', ')}); ` +
+      `ratio ${ratio.toFixed(2)} (target <= 1.5); load average ${loadavg()[0]!.toFixed(1)}`,
+  );
+  return { createToRunningMs: cluster, dockerRunMs: bare, ratio };
+}
+
+export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perSecond: number } | null> {
+  if (!process.env['ANVIL_TEST_POSTGRES_URL']) {
+    print('scheduler placements/s: skipped (set ANVIL_TEST_POSTGRES_URL)');
+    return null;
+  }
+  process.env['ANVIL_TEST_DB'] = 'postgres';
+  const database = await createTestDatabase();
+  try {
+    const { db } = database;
+    await insertSimulatedHosts(db, { prefix: 'bench', count: HOSTS, gpusPerHost: 8, region: 'us-east-1' });
+    const allocator = new Allocator(db, systemClock);
+    await allocator.sync();
+    const ids = Array.from({ length: placements }, (_, i) => `cluster_bench_${String(i).padStart(6, '0')}`);
+    await db.sql.query(
+      `INSERT INTO clusters (id, account_id, owner_id, name, status, gpu_type, gpu_count, cpu_cores, memory_gb, storage_gb,
+                             docker_image, command, gpu_indices, created_at, updated_at)
+       SELECT id, 'acc_bench', 'usr_bench', id, 'pending', 'H100', 1, 1, 1, 1, 'busybox', '{}', '{}', now(), now()
+         FROM unnest($1::text[]) AS id`,
+      [ids],
+    );
+    const request = {
+      gpuType: 'H100' as const,
+      gpuCount: 1,
+      cpuCores: 1,
+      memoryGb: 1,
+      storageGb: 1,
+      region: null,
+      hostId: null,
+    };
+    let next = 0;
+    let placed = 0;
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: CONCURRENCY }, async () => {
+        while (next < ids.length) {
+          const id = ids[next++]!;
+          const outcome = await allocator.allocate(id, request);
+          if (outcome.kind === 'placed') placed += 1;
+        }
+      }),
+    );
+    const seconds = (performance.now() - started) / 1000;
+    const duplicates = await db.sql.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM (SELECT host_id, i FROM clusters, unnest(gpu_indices) AS i
+        WHERE cardinality(gpu_indices) > 0 GROUP BY host_id, i HAVING count(*) > 1) AS d`,
+    );
+    const perSecond = placed / seconds;
+    print(
+      `scheduler: ${placed}/${placements} placements committed to PostgreSQL in ${seconds.toFixed(2)} s with ${HOSTS} hosts ` +
+        `(${CONCURRENCY} workers): ${perSecond.toFixed(0)} placements/s (target >= 1000); GPUs held twice: ${duplicates[0]?.n}; ` +
+        `load average ${loadavg()[0]!.toFixed(1)}`,
+    );
+    return { perSecond };
+  } finally {
+    await database.drop();
+  }
+}
+
+export async function runClusterCreateBench(): Promise<void> {
+  await runCreateToRunning();
+  await runPlacementBench();
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  await runClusterCreateBench();
+  process.exit(0);
+}

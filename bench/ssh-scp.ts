@@ -1,0 +1,126 @@
+// scp throughput through the SSH relay (control plane → real agent tunnel → container, SFTP served by
+// the relay over exec'd cat) against OpenSSH's sshd on loopback, in the same run. Printed, never asserted.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { dockerAvailable, testDocker } from '../test/fixtures/images/docker.ts';
+import {
+  clientOptions,
+  freePort,
+  insertCluster,
+  keygen,
+  runTool,
+  startSshWorld,
+  waitFor,
+} from '../test/ssh/fixtures.ts';
+
+const SIZE_MB = Number(process.env['ANVIL_BENCH_SCP_MB'] ?? 64);
+const RUNS = Number(process.env['ANVIL_BENCH_SCP_RUNS'] ?? 3);
+
+async function timed(args: string[]): Promise<number> {
+  const started = process.hrtime.bigint();
+  const run = await runTool('scp', args, undefined, 600_000);
+  if (run.code !== 0) throw new Error(`scp failed (${run.code}): ${run.stderr}`);
+  return Number(process.hrtime.bigint() - started) / 1e9;
+}
+
+/** Best of RUNS, in MB/s. */
+async function best(args: string[]): Promise<number> {
+  let fastest = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < RUNS; i++) fastest = Math.min(fastest, await timed(args));
+  return SIZE_MB / fastest;
+}
+
+export async function runSshScpBench(): Promise<void> {
+  if (!dockerAvailable()) {
+    process.stdout.write('ssh-scp: skipped (no Docker engine)\n');
+    return;
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'anvil-bench-scp-'));
+  const docker = testDocker();
+  const world = await startSshWorld(docker, join(dir, 'data'));
+  const sshd = { child: null as ReturnType<typeof spawn> | null };
+  try {
+    const key = keygen(dir, 'bench');
+    const added = await world.t.app.inject({
+      method: 'POST',
+      url: '/v2/accounts/profile/ssh-keys',
+      headers: world.t.auth(),
+      payload: { name: 'bench', public_key: key.pub },
+    });
+    if (added.statusCode !== 201) throw new Error(`adding the key failed: ${added.body}`);
+    const cluster = await insertCluster(world.t, {
+      ownerId: world.t.userId,
+      accountId: world.t.accountId,
+      hostId: world.hostId,
+    });
+
+    // OpenSSH sshd on loopback: temp host key, the same client key authorised, internal-sftp.
+    const sshdPort = await freePort();
+    const hostKey = keygen(dir, 'sshd_host');
+    writeFileSync(join(dir, 'authorized_keys'), `${key.pub}\n`, { mode: 0o600 });
+    const config = join(dir, 'sshd_config');
+    writeFileSync(
+      config,
+      [
+        `ListenAddress 127.0.0.1`,
+        `HostKey ${hostKey.path}`,
+        `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
+        'StrictModes no',
+        'UsePAM no',
+        'PasswordAuthentication no',
+        'KbdInteractiveAuthentication no',
+        'PermitRootLogin prohibit-password',
+        'PidFile none',
+        'Subsystem sftp internal-sftp',
+      ].join('\n'),
+    );
+    mkdirSync('/run/sshd', { recursive: true });
+    sshd.child = spawn('/usr/sbin/sshd', ['-D', '-e', '-f', config, '-p', String(sshdPort)], {
+      stdio: 'ignore',
+    });
+    const user = process.env['USER'] ?? 'root';
+    await waitFor(
+      'sshd',
+      async () =>
+        (await runTool('ssh', ['-p', String(sshdPort), ...clientOptions(key), `${user}@127.0.0.1`, 'true']))
+          .code === 0,
+    );
+
+    const file = join(dir, 'payload.bin');
+    writeFileSync(file, randomBytes(SIZE_MB * 1024 * 1024));
+    const relayTarget = `${cluster.id}@127.0.0.1`;
+    const sshdTarget = `${user}@127.0.0.1`;
+    const relayArgs = ['-P', String(world.port), ...clientOptions(key)];
+    const sshdArgs = ['-P', String(sshdPort), ...clientOptions(key)];
+
+    const relayUp = await best([...relayArgs, file, `${relayTarget}:/tmp/payload.bin`]);
+    const sshdUp = await best([...sshdArgs, file, `${sshdTarget}:${join(dir, 'sshd-copy.bin')}`]);
+    const relayDown = await best([
+      ...relayArgs,
+      `${relayTarget}:/tmp/payload.bin`,
+      join(dir, 'relay-back.bin'),
+    ]);
+    const sshdDown = await best([
+      ...sshdArgs,
+      `${sshdTarget}:${join(dir, 'sshd-copy.bin')}`,
+      join(dir, 'sshd-back.bin'),
+    ]);
+
+    const line = (what: string, relay: number, direct: number) =>
+      `  ${what.padEnd(9)} relay ${relay.toFixed(1).padStart(7)} MB/s   sshd ${direct.toFixed(1).padStart(7)} MB/s   ratio ${(relay / direct).toFixed(2)}\n`;
+    process.stdout.write(
+      `ssh-scp: ${SIZE_MB} MB file, best of ${RUNS}, scp (SFTP mode) through the relay vs OpenSSH sshd\n`,
+    );
+    process.stdout.write(line('upload', relayUp, sshdUp));
+    process.stdout.write(line('download', relayDown, sshdDown));
+  } finally {
+    sshd.child?.kill();
+    await world.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) await runSshScpBench();

@@ -1,0 +1,299 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { DeleteOptions, StopOptions } from '../../clusters/operation.ts';
+import { filtersApplied, parseListQuery } from '../../clusters/requests.ts';
+import { deleteResult, stopResult } from '../../clusters/results.ts';
+import { shortView } from '../../clusters/view.ts';
+import type { AppContext } from '../../context.ts';
+import { Envelope, ok } from '../../http/envelope.ts';
+import { flatErrors, wrappedErrors } from '../../http/error-body.ts';
+import { actorOf } from '../accounts/common.ts';
+import {
+  Cluster,
+  ClusterList,
+  ClusterParams,
+  ClusterShort,
+  CreateClusterBody,
+  DeleteBody,
+  DeleteResult,
+  ListClustersQuery,
+  StopBody,
+  StopResult,
+} from './schemas.ts';
+
+const tags = ['clusters'];
+const ClusterRef = Type.Ref('Cluster');
+const ShortRef = Type.Ref('ClusterShort');
+
+const ACCESS =
+  "An account sees and changes only its own clusters: another account's cluster id answers 404 " +
+  'CLUSTER_NOT_FOUND like an unknown one. Keys need the clusters scope (read for GET, write for the rest); ' +
+  "the member's role, grants and shares decide inside the account (403 INSUFFICIENT_PERMISSIONS).";
+
+const CREATE =
+  'Designed as RunPod does (the spec does not show it). With template_id, the template supplies the image, ' +
+  'env, ports, startup script (as the command) and default sizes; every field of the request wins over the ' +
+  "template's (env merged, request keys win; ports united by internal port). Defaults otherwise: gpu_count 1, " +
+  'cpu_cores 1, memory_gb 1, storage_gb 10. The scheduler places it at once on the host that fits best ' +
+  '(fewest GPUs of the type left free; region = host label; cordoned and unreachable hosts excluded) with ' +
+  'concrete GPU indices → status starting, then running when the agent reports the container running. When ' +
+  'the capacity exists but is taken, the cluster is created `pending` (status_reason says why) and placed ' +
+  'automatically when GPUs free up, oldest pending first. When no host could ever fit it: 422 ' +
+  'INSUFFICIENT_RESOURCES with details {requestedGpuType, availableGpuTypes}. The container gets a volume at ' +
+  '/workspace (storage_gb), restart policy "no" (a container that exits puts the cluster in `error` with its ' +
+  'exit code; an image that cannot be pulled does too), CPU and memory limits, and its ports published on ' +
+  'free host ports (port_mappings.external_port). Billing: hourly_rate = price of gpu_type (operator price ' +
+  'table, GET/PUT /v2/admin/gpu-prices) × gpu_count, fixed at placement; a session opens when the cluster ' +
+  'is running and closes at stop, delete, expiry or error; total_cost = closed sessions (usage records) + ' +
+  'current_session_cost (hourly_rate × hours since the session opened). expires_at: the cluster is deleted ' +
+  'automatically at that time (auto-termination; checked from the database, so it survives restarts).';
+
+const LIST =
+  'Filters: status, gpu_type, region, project_id, template_id (exact), search (case-insensitive substring of ' +
+  'name or description, or the exact id), min_gpu_count/max_gpu_count, created_after/created_before (ISO ' +
+  '8601, inclusive). sort_by created_at (default), name, status, gpu_count, cost (total_cost); sort_order desc ' +
+  '(default) or asc; page (default 1) and limit (default 20, 1-100). include_metrics=true fills each ' +
+  "cluster's metrics (null otherwise). Every bad or unknown parameter is reported at once: 400 " +
+  'INVALID_PARAMETERS with details {<parameter>: reason}.';
+
+const STOP =
+  'Only a running cluster stops (else 400 INVALID_STATE with {current_status, required_status, suggestion}). ' +
+  'Billing stops at the moment the stop is accepted (cost_impact). Phases, executed in order and shown in ' +
+  "stop_progress and in the cluster's `operation` as they run: notifying_processes (SIGTERM to the " +
+  'container; SIGKILL with force), waiting_for_graceful_exit (until the processes exit or ' +
+  'grace_period_minutes pass; none with force), creating_snapshot (save_state: `docker commit` of the ' +
+  'container to an image on its host, named anvil-snapshots/<cluster id>:<snapshot_name>; snapshot_id is ' +
+  'the image id, estimated_size_gb its size), terminating_resources (the container is stopped and ' +
+  'removed), cleaning_up (GPUs released; the volume deleted when preserve_data is false), completed → ' +
+  'stopped. The volume stays on the host: a later start places the cluster on the same host (pending until ' +
+  'its GPUs there are free), as RunPod does. wait_for_completion waits up to timeout_minutes and answers ' +
+  '200 with the final state; otherwise 202 at once. timeout_minutes also bounds the waits of each phase. ' +
+  'notify_users is recorded, not sent (no notification channel for it yet).';
+
+const DELETE =
+  'Needs confirm_deletion: "DELETE" (else 400 CONFIRMATION_REQUIRED with {required_field, required_value, ' +
+  'cluster_id, cluster_name, warning}). Any status. Billing stops when the delete is accepted ' +
+  '(billing_cutoff). Phases, executed in order: stopping_cluster (SIGTERM, up to 30 s for the processes ' +
+  'to exit; SIGKILL with force), creating_final_snapshot (create_final_snapshot: docker commit, as for ' +
+  'stop), finalizing_billing (the session closed; estimated_final_cost becomes the total of all ' +
+  'sessions), cleaning_storage (the volume deleted on the host), cleaning_network (the container and ' +
+  'its published ports removed), cleaning_compute (GPUs released; pending clusters may be placed), ' +
+  'updating_records (the cluster leaves the resource directory), completed (the cluster is gone: 404 ' +
+  'afterwards). Snapshots are images on the host and are kept (preserve_snapshots; delete_snapshots is ' +
+  'accepted but not applied yet). finalize_billing and cleanup_network_resources are always effectively ' +
+  'true: a session is never left open and a container never left behind. wait_for_completion as for stop ' +
+  '(timeout_minutes 1-30, default 10).';
+
+/** Body defaults are applied by validation (useDefaults); the domain sees complete options. */
+function stopOptions(body: Record<string, unknown>): StopOptions {
+  const b = body as Partial<StopOptions> & { snapshot_name?: string; stop_reason?: string };
+  return {
+    force: b.force ?? false,
+    grace_period_minutes: b.grace_period_minutes ?? 5,
+    save_state: b.save_state ?? false,
+    snapshot_name: b.snapshot_name ?? null,
+    preserve_data: b.preserve_data ?? true,
+    wait_for_completion: b.wait_for_completion ?? false,
+    timeout_minutes: b.timeout_minutes ?? 10,
+    stop_reason: b.stop_reason ?? null,
+    notify_users: b.notify_users ?? [],
+  };
+}
+
+function deleteOptions(body: Record<string, unknown>): DeleteOptions {
+  const b = body as Partial<DeleteOptions> & { snapshot_name?: string; deletion_reason?: string };
+  return {
+    force: b.force ?? false,
+    create_final_snapshot: b.create_final_snapshot ?? false,
+    snapshot_name: b.snapshot_name ?? null,
+    preserve_snapshots: b.preserve_snapshots ?? true,
+    delete_snapshots: b.delete_snapshots ?? false,
+    finalize_billing: b.finalize_billing ?? true,
+    cleanup_network_resources: b.cleanup_network_resources ?? true,
+    wait_for_completion: b.wait_for_completion ?? false,
+    timeout_minutes: b.timeout_minutes ?? 10,
+    deletion_reason: b.deletion_reason ?? null,
+  };
+}
+
+/**
+ * Cluster lifecycle: /v1 answers the wrapped envelope ({success, data, meta.request_id}), /v2 the short
+ * bare forms (spec: Envelope conventions). Thin: parsing and shaping only; the ClusterService decides.
+ */
+export const clusterRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (app, { context }) => {
+  const clusters = context.clusters.service;
+  app.addSchema(Cluster);
+  app.addSchema(ClusterShort);
+  const config = { scope: 'clusters' as const };
+
+  for (const version of ['v1', 'v2'] as const) {
+    const v1 = version === 'v1';
+    const errors = v1 ? wrappedErrors : flatErrors;
+
+    app.post(
+      `/${version}/clusters`,
+      {
+        config,
+        schema: {
+          tags,
+          summary: v1 ? 'Create a GPU cluster' : 'Create a GPU cluster (short form)',
+          description: `${CREATE} ${ACCESS}`,
+          body: CreateClusterBody,
+          response: {
+            201: v1 ? Envelope(ClusterRef) : ShortRef,
+            ...errors(400, 401, 403, 413, 422, 429),
+          },
+        },
+      },
+      async (request, reply) => {
+        const cluster = await clusters.create(actorOf(request), request.body);
+        reply.code(201);
+        return v1 ? ok(request, await clusters.view(cluster)) : shortView(cluster);
+      },
+    );
+
+    app.get(
+      `/${version}/clusters`,
+      {
+        config,
+        schema: {
+          tags,
+          summary: v1
+            ? 'List clusters'
+            : 'List clusters (short form: a bare array; X-Total-Count has the total)',
+          description: `${LIST} ${ACCESS}`,
+          querystring: ListClustersQuery,
+          response: {
+            200: v1 ? Envelope(ClusterList, { response_time_ms: Type.Number() }) : Type.Array(ShortRef),
+            ...errors(400, 401, 403, 429),
+          },
+        },
+      },
+      async (request, reply) => {
+        const started = performance.now();
+        const query = parseListQuery(request.query as Record<string, unknown>);
+        const { clusters: rows, total } = await clusters.list(actorOf(request), query);
+        if (!v1) {
+          reply.header('x-total-count', String(total));
+          return rows.map(shortView);
+        }
+        const views = await clusters.views(rows, query.includeMetrics);
+        const totalPages = Math.ceil(total / query.limit);
+        return ok(
+          request,
+          {
+            clusters: views,
+            pagination: {
+              current_page: query.page,
+              total_pages: totalPages,
+              total_count: total,
+              per_page: query.limit,
+              has_next: query.page < totalPages,
+              has_previous: query.page > 1,
+            },
+            filters_applied: filtersApplied(query),
+          },
+          { response_time_ms: Math.round((performance.now() - started) * 100) / 100 },
+        );
+      },
+    );
+
+    app.get(
+      `/${version}/clusters/:cluster_id`,
+      {
+        config,
+        schema: {
+          tags,
+          summary: v1 ? 'Get a cluster' : 'Get a cluster (short form)',
+          description: `The cluster with its cost so far, port mappings, proxy URL, SSH connection and metrics (null where not available). The operation field shows the stop or delete in progress (or the last one) with the phase being executed. ${ACCESS}`,
+          params: ClusterParams,
+          response: { 200: v1 ? Envelope(ClusterRef) : ShortRef, ...errors(401, 403, 404, 429) },
+        },
+      },
+      async (request) => {
+        const cluster = await clusters.get(actorOf(request), request.params.cluster_id);
+        return v1 ? ok(request, await clusters.view(cluster)) : shortView(cluster);
+      },
+    );
+
+    app.post(
+      `/${version}/clusters/:cluster_id/start`,
+      {
+        config,
+        schema: {
+          tags,
+          summary: v1 ? 'Start a stopped cluster' : 'Start a stopped cluster (short form)',
+          description:
+            'stopped or error → pending → starting → running. The cluster is placed again on the host that holds ' +
+            'its volume, with the GPUs free there now (their indices may differ); it stays pending until they ' +
+            'are. Starting a cluster that is already pending, starting or running answers it as it is; stopping ' +
+            `and deleting clusters answer 400 INVALID_STATE. ${ACCESS}`,
+          params: ClusterParams,
+          response: { 200: v1 ? Envelope(ClusterRef) : ShortRef, ...errors(400, 401, 403, 404, 429) },
+        },
+      },
+      async (request) => {
+        const cluster = await clusters.start(actorOf(request), request.params.cluster_id);
+        return v1 ? ok(request, await clusters.view(cluster)) : shortView(cluster);
+      },
+    );
+
+    app.post(
+      `/${version}/clusters/:cluster_id/stop`,
+      {
+        config,
+        schema: {
+          tags,
+          summary: 'Stop a running cluster',
+          description: `${STOP} ${ACCESS}`,
+          params: ClusterParams,
+          body: StopBody,
+          response: {
+            200: v1 ? Envelope(StopResult) : StopResult,
+            202: v1 ? Envelope(StopResult) : StopResult,
+            ...errors(400, 401, 403, 404, 429),
+          },
+        },
+      },
+      async (request, reply) => {
+        const options = stopOptions(request.body);
+        const id = request.params.cluster_id;
+        let cluster = await clusters.stop(actorOf(request), id, options);
+        if (options.wait_for_completion)
+          cluster = await clusters.waitForOperation(id, options.timeout_minutes * 60_000);
+        const data = stopResult(cluster);
+        reply.code(cluster.status === 'stopping' ? 202 : 200);
+        return v1 ? ok(request, data, { wait_for_completion: options.wait_for_completion }) : data;
+      },
+    );
+
+    app.delete(
+      `/${version}/clusters/:cluster_id`,
+      {
+        config,
+        schema: {
+          tags,
+          summary: 'Delete a cluster',
+          description: `${DELETE} ${ACCESS}`,
+          params: ClusterParams,
+          body: DeleteBody,
+          response: {
+            200: v1 ? Envelope(DeleteResult, { wait_for_completion: Type.Boolean() }) : DeleteResult,
+            202: v1 ? Envelope(DeleteResult, { wait_for_completion: Type.Boolean() }) : DeleteResult,
+            ...errors(400, 401, 403, 404, 429),
+          },
+        },
+      },
+      async (request, reply) => {
+        const options = deleteOptions(request.body);
+        const id = request.params.cluster_id;
+        let cluster = await clusters.delete(actorOf(request), id, options, request.body.confirm_deletion);
+        if (options.wait_for_completion)
+          cluster = await clusters.waitForOperation(id, options.timeout_minutes * 60_000);
+        const data = deleteResult(cluster);
+        reply.code(cluster.status === 'deleting' ? 202 : 200);
+        return v1 ? ok(request, data, { wait_for_completion: options.wait_for_completion }) : data;
+      },
+    );
+  }
+};

@@ -1,0 +1,275 @@
+import { Type } from '@sinclair/typebox';
+import { CREATE_DEFAULTS, LIMITS, LIST_PARAMETERS } from '../../clusters/requests.ts';
+import { GPU_TYPES, REGIONS } from '../../scheduler/gpu-types.ts';
+import { DateTime, Nullable, NullableDateTime } from '../accounts/common.ts';
+
+const GpuType = Type.Union(GPU_TYPES.map((t) => Type.Literal(t)));
+
+export const ClusterParams = Type.Object({
+  cluster_id: Type.String({ minLength: 1, maxLength: 128, description: 'cluster_<id>' }),
+});
+
+const Port = Type.Object(
+  {
+    internal_port: Type.Integer({ minimum: 1, maximum: 65535 }),
+    protocol: Type.Optional(Type.Union([Type.Literal('tcp'), Type.Literal('udp')], { default: 'tcp' })),
+    description: Type.Optional(Type.String({ maxLength: 200 })),
+  },
+  { additionalProperties: false },
+);
+
+const size = (name: keyof typeof LIMITS, what: string) =>
+  Type.Optional(
+    Type.Integer({
+      minimum: LIMITS[name][0],
+      maximum: LIMITS[name][1],
+      description: `${what}; default: the template's, else ${CREATE_DEFAULTS[name]}`,
+    }),
+  );
+
+export const CreateClusterBody = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 100 }),
+    description: Type.Optional(Type.String({ maxLength: 1000 })),
+    template_id: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+    docker_image: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 512, description: 'Required unless the template names one' }),
+    ),
+    gpu_type: Type.Optional(GpuType),
+    gpu_count: size('gpu_count', 'GPUs, all of gpu_type, on one host'),
+    cpu_cores: size('cpu_cores', 'CPU cores (a limit, and counted against the host threads)'),
+    memory_gb: size('memory_gb', 'Memory limit in GiB'),
+    storage_gb: size('storage_gb', 'Volume size in GB (counted against the host disk)'),
+    region: Type.Optional(Type.Union(REGIONS.map((r) => Type.Literal(r)))),
+    command: Type.Optional(
+      Type.Union(
+        [
+          Type.String({ maxLength: 10_000 }),
+          Type.Array(Type.String({ maxLength: 10_000 }), { maxItems: 100 }),
+        ],
+        {
+          description:
+            'A string runs as `sh -c <command>`; an array replaces the image CMD as is. Default: the template startup script, else the image CMD.',
+        },
+      ),
+    ),
+    env: Type.Optional(Type.Record(Type.String({ maxLength: 256 }), Type.String({ maxLength: 32_768 }))),
+    ports: Type.Optional(Type.Array(Port, { maxItems: 50 })),
+    ssh_enabled: Type.Optional(Type.Boolean({ default: false })),
+    expires_at: Type.Optional(
+      Type.String({ format: 'date-time', description: 'Auto-termination time (future)' }),
+    ),
+    project_id: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+  },
+  { additionalProperties: false },
+);
+
+const PortMapping = Type.Object({
+  internal_port: Type.Integer(),
+  external_port: Nullable(Type.Integer()),
+  protocol: Type.String(),
+});
+
+const Progress = Type.Object({
+  phase: Type.String(),
+  percentage: Type.Integer(),
+  current_step: Type.String(),
+  steps_completed: Type.Integer(),
+  total_steps: Type.Integer(),
+});
+
+export const Cluster = Type.Object(
+  {
+    id: Type.String(),
+    name: Type.String(),
+    description: Nullable(Type.String()),
+    status: Type.String({ description: 'pending, starting, running, stopping, stopped, deleting, error' }),
+    status_reason: Nullable(
+      Type.String({
+        description: 'Why pending or in error (image pull failed, exit code), or the stop/deletion reason',
+      }),
+    ),
+    gpu_type: Type.String(),
+    gpu_count: Type.Integer(),
+    cpu_cores: Type.Integer(),
+    memory_gb: Type.Integer(),
+    storage_gb: Type.Integer(),
+    region: Nullable(Type.String()),
+    project_id: Nullable(Type.String()),
+    template_id: Nullable(Type.String()),
+    docker_image: Type.String(),
+    ssh_enabled: Type.Boolean(),
+    port_mappings: Type.Array(PortMapping),
+    proxy_url: Nullable(Type.String()),
+    ssh_connection: Nullable(
+      Type.Object({ host: Type.String(), port: Type.Integer(), username: Type.String() }),
+    ),
+    metrics: Nullable(
+      Type.Object({
+        gpu_utilization: Nullable(Type.Number()),
+        memory_utilization: Nullable(Type.Number()),
+        cpu_utilization: Nullable(Type.Number()),
+      }),
+    ),
+    cost: Type.Object({
+      hourly_rate: Type.Number(),
+      current_session_cost: Type.Number(),
+      total_cost: Type.Number(),
+      currency: Type.String(),
+    }),
+    operation: Nullable(
+      Type.Object({
+        kind: Type.String(),
+        ...Progress.properties,
+        started_at: DateTime,
+        completed_at: NullableDateTime,
+        notes: Type.Array(Type.String()),
+      }),
+    ),
+    created_at: DateTime,
+    updated_at: DateTime,
+    expires_at: NullableDateTime,
+  },
+  { $id: 'Cluster' },
+);
+
+export const ClusterShort = Type.Object(
+  {
+    id: Type.String(),
+    name: Type.String(),
+    status: Type.String(),
+    gpuType: Type.String(),
+    containerDiskSize: Type.Number(),
+    volumeSize: Type.Number(),
+    createdAt: DateTime,
+  },
+  { $id: 'ClusterShort' },
+);
+
+/** Every parameter is text here and parsed by the domain, which reports all bad ones at once (INVALID_PARAMETERS). */
+export const ListClustersQuery = Type.Object(
+  Object.fromEntries(
+    LIST_PARAMETERS.map((name) => [
+      name,
+      Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
+    ]),
+  ),
+  { additionalProperties: true },
+);
+
+export const ClusterList = Type.Object({
+  clusters: Type.Array(Type.Ref('Cluster')),
+  pagination: Type.Object({
+    current_page: Type.Integer(),
+    total_pages: Type.Integer(),
+    total_count: Type.Integer(),
+    per_page: Type.Integer(),
+    has_next: Type.Boolean(),
+    has_previous: Type.Boolean(),
+  }),
+  filters_applied: Type.Record(Type.String(), Type.Union([Type.String(), Type.Number(), Type.Boolean()])),
+});
+
+export const StopBody = Type.Object(
+  {
+    force: Type.Boolean({ default: false }),
+    grace_period_minutes: Type.Integer({ minimum: 0, maximum: 30, default: 5 }),
+    save_state: Type.Boolean({ default: false }),
+    snapshot_name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+    preserve_data: Type.Boolean({ default: true }),
+    wait_for_completion: Type.Boolean({ default: false }),
+    timeout_minutes: Type.Integer({ minimum: 1, maximum: 60, default: 10 }),
+    stop_reason: Type.Optional(Type.String({ maxLength: 1000 })),
+    notify_users: Type.Array(Type.String({ maxLength: 128 }), { maxItems: 100, default: [] }),
+  },
+  { additionalProperties: false },
+);
+
+export const StopResult = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  status: Type.String(),
+  stop_initiated_at: DateTime,
+  estimated_stop_time: DateTime,
+  stop_type: Type.String({ description: 'graceful or force' }),
+  grace_period_minutes: Type.Integer(),
+  stop_progress: Progress,
+  snapshot_creation: Type.Object({
+    enabled: Type.Boolean(),
+    snapshot_id: Nullable(Type.String()),
+    snapshot_name: Nullable(Type.String()),
+    estimated_size_gb: Nullable(Type.Number()),
+    error: Nullable(Type.String()),
+  }),
+  cost_impact: Type.Object({
+    hourly_rate_saved: Type.Number(),
+    session_cost_final: Type.Number(),
+    billing_stopped_at: DateTime,
+  }),
+  data_preservation: Type.Object({ volumes_preserved: Type.Boolean(), snapshots_created: Type.Integer() }),
+  notes: Type.Array(Type.String()),
+});
+
+export const DeleteBody = Type.Object(
+  {
+    confirm_deletion: Type.Optional(Type.String({ maxLength: 64, description: 'Must be DELETE' })),
+    force: Type.Boolean({ default: false }),
+    create_final_snapshot: Type.Boolean({ default: false }),
+    snapshot_name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+    preserve_snapshots: Type.Boolean({ default: true }),
+    delete_snapshots: Type.Boolean({ default: false }),
+    finalize_billing: Type.Boolean({ default: true }),
+    cleanup_network_resources: Type.Boolean({ default: true }),
+    wait_for_completion: Type.Boolean({ default: false }),
+    timeout_minutes: Type.Integer({ minimum: 1, maximum: 30, default: 10 }),
+    deletion_reason: Type.Optional(Type.String({ maxLength: 1000 })),
+  },
+  { additionalProperties: false },
+);
+
+export const DeleteResult = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  status: Type.String(),
+  deletion_initiated_at: DateTime,
+  estimated_completion_time: DateTime,
+  deletion_progress: Progress,
+  final_snapshot: Type.Object({
+    creating: Type.Boolean(),
+    snapshot_name: Nullable(Type.String()),
+    snapshot_id: Nullable(Type.String()),
+    estimated_size_gb: Nullable(Type.Number()),
+    estimated_completion: NullableDateTime,
+    error: Nullable(Type.String()),
+  }),
+  billing_preview: Type.Object({
+    session_duration_hours: Type.Number(),
+    estimated_final_cost: Type.Number(),
+    currency: Type.String(),
+    billing_cutoff: DateTime,
+  }),
+  notes: Type.Array(Type.String()),
+});
+
+export const GpuPrices = Type.Object({
+  prices: Type.Array(
+    Type.Object({
+      gpu_type: Type.String(),
+      hourly_rate: Type.Number(),
+      currency: Type.String(),
+      updated_at: DateTime,
+    }),
+  ),
+});
+
+export const SetGpuPricesBody = Type.Object(
+  {
+    prices: Type.Object(
+      Object.fromEntries(
+        GPU_TYPES.map((t) => [t, Type.Optional(Type.Number({ minimum: 0, maximum: 100_000 }))]),
+      ),
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false },
+);

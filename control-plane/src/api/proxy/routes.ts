@@ -1,0 +1,308 @@
+import { ApiError } from '@anvil/shared';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { type Static, Type } from '@sinclair/typebox';
+import type { AppContext } from '../../context.ts';
+import { Envelope, ok } from '../../http/envelope.ts';
+import { flatErrors, wrappedErrors } from '../../http/error-body.ts';
+import { actorOf } from '../accounts/common.ts';
+import {
+  AccessBody,
+  AccessView,
+  ClusterParams,
+  CreatePortBody,
+  PortMapping,
+  PortParams,
+  ProxyConfig,
+  ShortBody,
+  ShortResponse,
+  UpdatePortBody,
+} from './schemas.ts';
+
+const tags = ['proxy'];
+
+const ENFORCEMENT =
+  'Everything here is enforced by the HTTPS proxy itself (ANVIL_PROXY_PORT) on ' +
+  'https://cluster-<id>-<port>.<ANVIL_PROXY_DOMAIN> (the cluster id with `-` for `_`, since wildcard ' +
+  'certificates do not match `_`). Per request: unknown cluster or port 404; proxy disabled or cluster ' +
+  'not running 503; blocked_ips / ip_whitelist (cluster, then port; CIDR, IPv4 and IPv6) 403; CORS ' +
+  'preflights answered by the proxy; authentication unless public_access (or authentication_required ' +
+  'false, or default_authentication false): an Anvil key as `Authorization: Bearer anv_…` allowed to read ' +
+  'the cluster, or the session cookie from a login link; neither reaches the container; allowed_users / ' +
+  'allowed_roles 403; global_limit (per cluster), per_user_limit (per user or client address) and the ' +
+  "port's rate_limit (per user and port) as token buckets → 429 with Retry-After; then HSTS, CSP and " +
+  'X-Frame-Options are added to responses. Rate-limit buckets, cached routes (2 s) and cached key checks ' +
+  '(5 s) are per control-plane process.';
+
+export const proxyRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (app, { context }) => {
+  const proxy = context.proxy;
+  app.addSchema(PortMapping);
+  app.addSchema(AccessView);
+  const config = { scope: 'clusters' as const };
+
+  app.get(
+    '/v1/clusters/:cluster_id/proxy',
+    {
+      config,
+      schema: {
+        tags,
+        summary: "A cluster's proxy configuration",
+        description:
+          `${ENFORCEMENT} include_health (default true) adds health_status and health_check to each ` +
+          'mapping; include_ssl_info (default true) adds ssl_certificate, read from the certificate the ' +
+          'proxy serves (null when this process does not run the proxy); include_access_logs (default ' +
+          'false) adds the last 100 requests of this cluster, newest first, from an in-memory ring buffer ' +
+          'of 500 per cluster in this process (lost at restart). usage_statistics are persisted counters ' +
+          'of forwarded requests (flushed every 2 s). Mappings are seeded from the ports the cluster was ' +
+          'created with. meta.last_updated is the latest change of settings or mappings.',
+        params: ClusterParams,
+        querystring: Type.Object(
+          {
+            include_health: Type.Boolean({ default: true }),
+            include_access_logs: Type.Boolean({ default: false }),
+            include_ssl_info: Type.Boolean({ default: true }),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Envelope(ProxyConfig, {
+            last_updated: Type.String({ format: 'date-time' }),
+            total_port_mappings: Type.Integer(),
+            active_port_mappings: Type.Integer(),
+            proxy_version: Type.String(),
+          }),
+          ...wrappedErrors(400, 401, 403, 404, 429),
+        },
+      },
+    },
+    async (request) => {
+      const { data, meta } = await proxy.getConfig(actorOf(request), request.params.cluster_id, {
+        health: request.query.include_health,
+        accessLogs: request.query.include_access_logs,
+        ssl: request.query.include_ssl_info,
+      });
+      return ok(request, data as unknown as Static<typeof ProxyConfig>, meta);
+    },
+  );
+
+  const shortDescription =
+    'Short form. enabled=false makes the proxy answer 503 PROXY_DISABLED for every port of the cluster; ' +
+    "allowedIps replaces the cluster's ip_whitelist (addresses or CIDRs; empty: every address). " +
+    'proxyUrl is the URL of the first tcp mapping (null without one).';
+  app.put(
+    '/v1/clusters/:cluster_id/proxy',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Enable or disable the proxy; set the allowed addresses',
+        description: shortDescription,
+        params: ClusterParams,
+        body: ShortBody,
+        response: { 200: ShortResponse, ...wrappedErrors(400, 401, 403, 404, 429) },
+      },
+    },
+    async (request) => proxy.updateShort(actorOf(request), request.params.cluster_id, request.body),
+  );
+  app.put(
+    '/v2/clusters/:cluster_id/proxy',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Enable or disable the proxy; set the allowed addresses',
+        description: shortDescription,
+        params: ClusterParams,
+        body: ShortBody,
+        response: { 200: ShortResponse, ...flatErrors(400, 401, 403, 404, 429) },
+      },
+    },
+    async (request) => proxy.updateShort(actorOf(request), request.params.cluster_id, request.body),
+  );
+
+  app.post(
+    '/v1/clusters/:cluster_id/proxy/ports',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Map a container port',
+        description:
+          'Answers 201 with the created mapping. external_port, when omitted, is the lowest port of ' +
+          '30000-32767 not used by another mapping of the cluster. An internal or external port already ' +
+          'mapped in the cluster is 409 PORT_CONFLICT (details field, existing_port_id). A health_check ' +
+          'sent is enabled unless it says enabled:false; it runs every interval_seconds through the ' +
+          'tunnel (GET path, expected_status within timeout_seconds). custom_domain is recorded, not routed.',
+        params: ClusterParams,
+        body: CreatePortBody,
+        response: {
+          201: Envelope(Type.Ref('ProxyPortMapping')),
+          ...wrappedErrors(400, 401, 403, 404, 409, 429),
+        },
+      },
+    },
+    async (request, reply) => {
+      const mapping = await proxy.createPort(actorOf(request), request.params.cluster_id, request.body);
+      return reply.code(201).send(ok(request, mapping));
+    },
+  );
+
+  app.put(
+    '/v1/clusters/:cluster_id/proxy/ports/:port_id',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Change a port mapping',
+        description:
+          'Answers the whole updated mapping. health_check and access_control are merged into the current ' +
+          'values; a changed health_check resets health_status and consecutive_failures. Unknown id: 404 ' +
+          'PORT_MAPPING_NOT_FOUND.',
+        params: PortParams,
+        body: UpdatePortBody,
+        response: {
+          200: Envelope(Type.Ref('ProxyPortMapping')),
+          ...wrappedErrors(400, 401, 403, 404, 429),
+        },
+      },
+    },
+    async (request) =>
+      ok(
+        request,
+        await proxy.updatePort(
+          actorOf(request),
+          request.params.cluster_id,
+          request.params.port_id,
+          request.body,
+        ),
+      ),
+  );
+
+  app.delete(
+    '/v1/clusters/:cluster_id/proxy/ports/:port_id',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Remove a port mapping',
+        description:
+          'The port stops being reachable through the proxy at once (pooled tunnels are closed). Unknown ' +
+          'id: 404 PORT_MAPPING_NOT_FOUND.',
+        params: PortParams,
+        response: {
+          200: Envelope(
+            Type.Object({
+              id: Type.String(),
+              internal_port: Type.Integer(),
+              external_port: Type.Integer(),
+              deleted: Type.Literal(true),
+              deleted_at: Type.String({ format: 'date-time' }),
+            }),
+          ),
+          ...wrappedErrors(401, 403, 404, 429),
+        },
+      },
+    },
+    async (request) =>
+      ok(
+        request,
+        await proxy.deletePort(actorOf(request), request.params.cluster_id, request.params.port_id),
+      ),
+  );
+
+  app.put(
+    '/v1/clusters/:cluster_id/proxy/access',
+    {
+      config,
+      schema: {
+        tags,
+        summary: "Change the cluster's proxy access control",
+        description:
+          `${ENFORCEMENT} Fields not sent keep their value; null clears a limit. blocked_ips is accepted ` +
+          'here as well. session_timeout_minutes is the lifetime of a login-link session (default 480); ' +
+          'max_concurrent_sessions caps live sessions of the cluster (a login beyond it is 429). Answers ' +
+          'the whole access_control and security_headers.',
+        params: ClusterParams,
+        body: AccessBody,
+        response: {
+          200: Envelope(
+            Type.Object({
+              cluster_id: Type.String(),
+              access_control: Type.Ref('ProxyAccessControl'),
+              security_headers: Type.Object({
+                hsts_enabled: Type.Boolean(),
+                content_security_policy: Type.Union([Type.String(), Type.Null()]),
+                x_frame_options: Type.Union([Type.String(), Type.Null()]),
+              }),
+              updated_at: Type.String({ format: 'date-time' }),
+            }),
+          ),
+          ...wrappedErrors(400, 401, 403, 404, 429),
+        },
+      },
+    },
+    async (request) =>
+      ok(request, await proxy.updateAccess(actorOf(request), request.params.cluster_id, request.body)),
+  );
+
+  app.post(
+    '/v1/clusters/:cluster_id/proxy/ports/:port_id/login-link',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'A one-time browser login link for a port',
+        description:
+          'Not in the spec. Opening the URL (within 60 s, once) makes the proxy set a host-only, HttpOnly, ' +
+          'Secure session cookie for that port and redirect to `next` (a path, default /). The session ' +
+          "lasts the port's session_timeout_minutes, else the cluster's. Needs read access to the cluster " +
+          '(and, being a POST, a key with the write permission).',
+        params: PortParams,
+        body: Type.Object(
+          { next: Type.Optional(Type.String({ pattern: '^/(?!/)', maxLength: 2048 })) },
+          { additionalProperties: false },
+        ),
+        response: {
+          201: Envelope(
+            Type.Object({ url: Type.String(), expires_at: Type.String({ format: 'date-time' }) }),
+          ),
+          ...wrappedErrors(400, 401, 403, 404, 429),
+        },
+      },
+    },
+    async (request, reply) => {
+      const link = await proxy.loginLink(
+        actorOf(request),
+        request.params.cluster_id,
+        request.params.port_id,
+        request.body.next,
+      );
+      return reply.code(201).send(ok(request, link));
+    },
+  );
+
+  app.get(
+    '/proxy/ca.pem',
+    {
+      config: { public: true },
+      schema: {
+        tags,
+        summary: "The proxy's development CA certificate",
+        description:
+          'PEM of the CA Anvil generated (in <ANVIL_DATA_DIR>/proxy-tls) to issue the proxy certificate ' +
+          'when no ANVIL_PROXY_TLS_CERT is configured; install it as a trusted root to browse ' +
+          'https://*.<ANVIL_PROXY_DOMAIN> without warnings. 404 with an operator certificate.',
+        response: { 200: Type.String(), ...wrappedErrors(404) },
+      },
+    },
+    async (_request, reply) => {
+      const pem = proxy.caCertificate;
+      if (!pem) {
+        throw new ApiError(
+          'NOT_FOUND',
+          'no development CA: the proxy serves an operator certificate (or does not run in this process)',
+        );
+      }
+      return reply.type('application/x-pem-file').send(pem);
+    },
+  );
+};

@@ -1,0 +1,69 @@
+import { newId } from '@anvil/shared';
+import type { Cluster, Prisma } from '../db/generated/client.ts';
+
+type Tx = Prisma.TransactionClient;
+
+const HOUR_MS = 3_600_000;
+
+/** Cost of a session of `ms` milliseconds at `hourlyRate` USD per hour, rounded to 1/10000 USD. */
+export function sessionCost(hourlyRate: number, ms: number): number {
+  return Math.round(((hourlyRate * Math.max(0, ms)) / HOUR_MS) * 10_000) / 10_000;
+}
+
+export interface ClosedSession {
+  startedAt: Date;
+  endedAt: Date;
+  hours: number;
+  cost: number;
+}
+
+/**
+ * Closes the cluster's open billing session at `endedAt` (contract 6): one usage_records row (kind
+ * gpu_compute, resource type cluster, quantity in hours, GPU-hours, cost at the rate fixed at placement)
+ * and session_started_at cleared, in the caller's transaction. The UPDATE's condition makes a second
+ * close of the same session (another replica, a retried step) a no-op. Null when no session was open.
+ */
+export async function closeSession(
+  tx: Tx,
+  cluster: Pick<Cluster, 'id' | 'accountId' | 'ownerId' | 'gpuType' | 'gpuCount' | 'hourlyRate'>,
+  endedAt: Date,
+  reason: string,
+): Promise<ClosedSession | null> {
+  const rows = await tx.$queryRawUnsafe<{ started: Date | null }[]>(
+    'SELECT session_started_at AS started FROM clusters WHERE id = $1 FOR UPDATE',
+    cluster.id,
+  );
+  const started = rows[0]?.started;
+  if (!started) return null;
+  await tx.$executeRawUnsafe(
+    'UPDATE clusters SET session_started_at = NULL, updated_at = $2 WHERE id = $1',
+    cluster.id,
+    endedAt,
+  );
+  const startedAt = new Date(started);
+  const end = endedAt.getTime() < startedAt.getTime() ? startedAt : endedAt;
+  const ms = end.getTime() - startedAt.getTime();
+  const hours = ms / HOUR_MS;
+  const cost = sessionCost(cluster.hourlyRate, ms);
+  await tx.usageRecord.create({
+    data: {
+      id: newId('use'),
+      accountId: cluster.accountId,
+      userId: cluster.ownerId,
+      resourceType: 'cluster',
+      resourceId: cluster.id,
+      kind: 'gpu_compute',
+      gpuType: cluster.gpuType,
+      gpuCount: cluster.gpuCount,
+      quantity: hours,
+      unit: 'hours',
+      gpuHours: hours * cluster.gpuCount,
+      cost,
+      currency: 'USD',
+      startedAt,
+      endedAt: end,
+      metadata: { reason, hourly_rate: cluster.hourlyRate },
+    },
+  });
+  return { startedAt, endedAt: end, hours, cost };
+}

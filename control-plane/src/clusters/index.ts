@@ -1,0 +1,72 @@
+import type { Logger } from 'pino';
+import type { AccountServices } from '../accounts/index.ts';
+import type { Clock } from '../auth/clock.ts';
+import { PriceTable } from '../billing/prices.ts';
+import type { Database } from '../db/index.ts';
+import type { Fleet } from '../hosts/fleet.ts';
+import { Allocator } from '../scheduler/allocator.ts';
+import { ClusterOperations } from './operations.ts';
+import type { TemplateResolverLike } from './requests.ts';
+import { ClusterService } from './service.ts';
+import { ClusterSupervisor, type SupervisorOptions } from './supervisor.ts';
+import type { ClusterViewParts } from './view-parts.ts';
+
+/** Clusters, their scheduler and billing: built once per process, started and stopped with it. */
+export interface Clusters {
+  service: ClusterService;
+  operations: ClusterOperations;
+  supervisor: ClusterSupervisor;
+  allocator: Allocator;
+  prices: PriceTable;
+  useLogger(logger: Logger): void;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function createClusters(deps: {
+  db: Database;
+  clock: Clock;
+  fleet: Fleet;
+  accounts: AccountServices;
+  /** ANVIL_GPU_PRICES_FILE: applied at start. */
+  pricesFile?: string | null;
+  templates?: TemplateResolverLike | null;
+  parts?: ClusterViewParts;
+  supervisor?: SupervisorOptions;
+}): Clusters {
+  let logger: Pick<Logger, 'info' | 'warn' | 'error'> = { info() {}, warn() {}, error() {} };
+  const allocator = new Allocator(deps.db, deps.clock);
+  const service = new ClusterService({ ...deps, allocator });
+  let supervisor: ClusterSupervisor | null = null;
+  const operations = new ClusterOperations({
+    ...deps,
+    allocator,
+    logger: () => logger,
+    freed: () => supervisor?.kick(),
+  });
+  supervisor = new ClusterSupervisor(
+    { db: deps.db, clock: deps.clock, service, operations, allocator, logger: () => logger },
+    deps.supervisor,
+  );
+  const running = supervisor;
+  service.onKick(() => running.kick());
+  const prices = new PriceTable(deps.db, deps.clock);
+  return {
+    service,
+    operations,
+    supervisor: running,
+    allocator,
+    prices,
+    useLogger(next) {
+      logger = next;
+    },
+    async start() {
+      if (deps.pricesFile) await prices.loadFile(deps.pricesFile);
+      await allocator.sync();
+      running.start();
+    },
+    async stop() {
+      await running.stop();
+    },
+  };
+}

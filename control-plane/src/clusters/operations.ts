@@ -1,0 +1,348 @@
+import { ApiError, randomBase36 } from '@anvil/shared';
+import type { AccountServices } from '../accounts/index.ts';
+import type { Clock } from '../auth/clock.ts';
+import { closeSession } from '../billing/sessions.ts';
+import type { Cluster, Prisma, Workload } from '../db/generated/client.ts';
+import type { Database } from '../db/index.ts';
+import type { Fleet } from '../hosts/fleet.ts';
+import { type Allocator, TX_OPTIONS } from '../scheduler/allocator.ts';
+import type { DeleteOptions, Operation, Phase, StopOptions } from './operation.ts';
+import type { ClusterLogger } from './service.ts';
+
+/** How long a replica's claim on an operation holds without being renewed (a crashed one's lapses). */
+const LEASE_MS = 10_000;
+/** The delete's stopping_cluster phase gives the processes this long to exit after SIGTERM. */
+const DELETE_GRACE_MS = 30_000;
+const EXITED_PHASES = new Set(['exited', 'failed', 'stopped', 'removed']);
+
+type PhaseResult = 'done' | 'wait';
+
+/**
+ * Executes stop and delete phases, in order, for real, recording each phase in clusters.operation
+ * before running it (so a GET shows the phase being executed). Every phase is idempotent and its
+ * progress is in the row, so whichever replica holds the lease — this one after a restart included —
+ * carries the operation on from where it was.
+ */
+export class ClusterOperations {
+  readonly runner = `ops_${randomBase36(10)}`;
+
+  constructor(
+    private readonly d: {
+      db: Database;
+      clock: Clock;
+      fleet: Fleet;
+      accounts: AccountServices;
+      allocator: Allocator;
+      logger: () => ClusterLogger;
+      /** Capacity was freed: pending clusters may fit now. */
+      freed: () => void;
+    },
+  ) {}
+
+  /** Runs phases until one has to wait or the operation completes. Returns true when it completed. */
+  async advance(clusterId: string): Promise<boolean> {
+    if (!(await this.claim(clusterId))) return false;
+    for (let step = 0; step < 20; step++) {
+      const cluster = await this.d.db.prisma.cluster.findUnique({ where: { id: clusterId } });
+      if (!cluster || (cluster.status !== 'stopping' && cluster.status !== 'deleting')) return true;
+      const op = cluster.operation as unknown as Operation | null;
+      if (!op) return false;
+      if (op.phase === 'completed') {
+        await this.complete(cluster, op);
+        return true;
+      }
+      let result: PhaseResult;
+      try {
+        result = await this.run(cluster, op);
+      } catch (error) {
+        // A phase that throws is retried on the next pass; the note tells the caller why it is slow.
+        const message = error instanceof Error ? error.message : String(error);
+        await this.note(cluster.id, op, `${op.phase}: ${message}`);
+        this.d
+          .logger()
+          .warn({ clusterId, phase: op.phase, err: error }, 'cluster operation phase failed; retrying');
+        return false;
+      }
+      if (result === 'wait') {
+        await this.save(cluster.id, op);
+        return false;
+      }
+      const next = op.phases[op.phases.indexOf(op.phase) + 1] ?? 'completed';
+      op.phase = next;
+      op.steps_completed += 1;
+      op.phase_started_at = this.d.clock.now().toISOString();
+      await this.save(cluster.id, op);
+    }
+    return false;
+  }
+
+  private async claim(clusterId: string): Promise<boolean> {
+    const now = this.d.clock.now();
+    const rows = await this.d.db.prisma.$queryRawUnsafe<{ id: string }[]>(
+      `UPDATE clusters SET operation = operation || jsonb_build_object('runner', $2::text, 'lease_until', $3::text)
+        WHERE id = $1 AND status IN ('stopping', 'deleting') AND operation IS NOT NULL
+          AND (operation->>'runner' IS NULL OR operation->>'runner' = $2 OR (operation->>'lease_until')::timestamptz < $4)
+        RETURNING id`,
+      clusterId,
+      this.runner,
+      new Date(now.getTime() + LEASE_MS).toISOString(),
+      now,
+    );
+    return rows.length > 0;
+  }
+
+  private async save(clusterId: string, op: Operation): Promise<void> {
+    op.runner = this.runner;
+    op.lease_until = new Date(this.d.clock.now().getTime() + LEASE_MS).toISOString();
+    await this.d.db.prisma.cluster.updateMany({
+      where: { id: clusterId, status: { in: ['stopping', 'deleting'] } },
+      data: { operation: op as unknown as Prisma.InputJsonValue, updatedAt: this.d.clock.now() },
+    });
+  }
+
+  private async note(clusterId: string, op: Operation, note: string): Promise<void> {
+    if (op.notes.at(-1) === note) return;
+    op.notes = [...op.notes, note].slice(-20);
+    await this.save(clusterId, op);
+  }
+
+  private past(iso: string, plusMs = 0): boolean {
+    return this.d.clock.now().getTime() >= new Date(iso).getTime() + plusMs;
+  }
+
+  private async workload(clusterId: string): Promise<Workload | null> {
+    return this.d.db.prisma.workload.findUnique({ where: { id: clusterId } });
+  }
+
+  /** Whether commands can reach the host now (ready and connected somewhere). */
+  private async hostReachable(hostId: string | null): Promise<boolean> {
+    if (!hostId) return false;
+    const host = await this.d.db.prisma.host.findUnique({ where: { id: hostId } });
+    return !!host && !host.deletedAt && host.state === 'ready' && host.connectedReplicaId !== null;
+  }
+
+  private async command(
+    cluster: Cluster,
+    op: Operation,
+    body: Parameters<Fleet['agents']['sendCommand']>[1],
+    timeoutMs = 30_000,
+  ) {
+    try {
+      return await this.d.fleet.agents.sendCommand(cluster.hostId!, body, timeoutMs);
+    } catch (error) {
+      const message =
+        error instanceof ApiError ? `${error.code}: ${error.message}` : (error as Error).message;
+      await this.note(cluster.id, op, `${op.phase}: ${message}`);
+      return null;
+    }
+  }
+
+  private async run(cluster: Cluster, op: Operation): Promise<PhaseResult> {
+    const phase: Exclude<Phase, 'completed'> = op.phase as Exclude<Phase, 'completed'>;
+    switch (phase) {
+      case 'notifying_processes':
+        return this.signal(cluster, op, (op.options as StopOptions).force);
+      case 'waiting_for_graceful_exit': {
+        const options = op.options as StopOptions;
+        return this.waitForExit(cluster, op, options.force ? 0 : options.grace_period_minutes * 60_000);
+      }
+      case 'stopping_cluster':
+        return this.stopForDelete(cluster, op);
+      case 'creating_snapshot':
+      case 'creating_final_snapshot':
+        return this.snapshot(cluster, op);
+      case 'terminating_resources':
+        return this.removeContainer(cluster, op, 'stopped');
+      case 'cleaning_up':
+        return this.cleanUpAfterStop(cluster, op);
+      case 'finalizing_billing':
+        return this.finalizeBilling(cluster, op);
+      case 'cleaning_storage':
+        return this.removeVolume(cluster, op);
+      case 'cleaning_network':
+        return this.removeContainer(cluster, op, 'deleted');
+      case 'cleaning_compute':
+        return this.release(cluster);
+      case 'updating_records':
+        await this.d.accounts.resources.remove(cluster.accountId, cluster.id);
+        return 'done';
+    }
+  }
+
+  /** SIGTERM (SIGKILL when forced) to the container, when one runs. */
+  private async signal(cluster: Cluster, op: Operation, force: boolean): Promise<PhaseResult> {
+    const workload = await this.workload(cluster.id);
+    if (!workload || EXITED_PHASES.has(workload.phase)) return 'done';
+    if (!(await this.hostReachable(cluster.hostId))) {
+      await this.note(cluster.id, op, `${op.phase}: host unreachable, the container could not be signalled`);
+      return 'done';
+    }
+    await this.command(cluster, op, {
+      name: 'signal_workload',
+      workloadId: cluster.id,
+      signal: force ? 'SIGKILL' : 'SIGTERM',
+    });
+    return 'done';
+  }
+
+  /** Done when the container exited, or the grace period (or the operation's timeout) is over. */
+  private async waitForExit(cluster: Cluster, op: Operation, graceMs: number): Promise<PhaseResult> {
+    const workload = await this.workload(cluster.id);
+    if (!workload || EXITED_PHASES.has(workload.phase)) return 'done';
+    if (!(await this.hostReachable(cluster.hostId))) {
+      await this.note(cluster.id, op, `${op.phase}: host unreachable, not waiting for the processes`);
+      return 'done';
+    }
+    if (this.past(op.phase_started_at, graceMs) || this.past(op.deadline)) {
+      await this.note(
+        cluster.id,
+        op,
+        `${op.phase}: processes still running after the grace period; they are killed`,
+      );
+      return 'done';
+    }
+    return 'wait';
+  }
+
+  private async stopForDelete(cluster: Cluster, op: Operation): Promise<PhaseResult> {
+    const force = (op.options as DeleteOptions).force;
+    const state = op as Operation & { signalled?: boolean };
+    if (!state.signalled) {
+      await this.signal(cluster, op, force);
+      state.signalled = true;
+      await this.save(cluster.id, op);
+    }
+    return this.waitForExit(cluster, op, force ? 0 : DELETE_GRACE_MS);
+  }
+
+  /** docker commit of the container, through its agent: the snapshot's image id and size are recorded. */
+  private async snapshot(cluster: Cluster, op: Operation): Promise<PhaseResult> {
+    if (!op.snapshot.enabled || op.snapshot.snapshot_id || op.snapshot.error) return 'done';
+    const workload = await this.workload(cluster.id);
+    if (
+      !workload ||
+      ['stopped', 'removed'].includes(workload.phase) ||
+      !(await this.hostReachable(cluster.hostId))
+    ) {
+      op.snapshot.error =
+        'no container to snapshot (never started, already removed, or its host is unreachable)';
+      await this.save(cluster.id, op);
+      return 'done';
+    }
+    const at = op.started_at.replace(/[-:.TZ]/g, '').slice(0, 14);
+    const tag =
+      (op.snapshot.name ?? `${op.kind}-${at}`)
+        .replace(/[^A-Za-z0-9_.-]/g, '-')
+        .replace(/^[.-]+/, '')
+        .slice(0, 128) || `${op.kind}-${at}`;
+    const remainingMs = Math.max(60_000, new Date(op.deadline).getTime() - this.d.clock.now().getTime());
+    const result = (await this.command(
+      cluster,
+      op,
+      {
+        name: 'commit_workload',
+        workloadId: cluster.id,
+        repository: `anvil-snapshots/${cluster.id.toLowerCase()}`,
+        tag,
+        comment: `Anvil ${op.kind} snapshot of ${cluster.id}`,
+      },
+      remainingMs,
+    )) as { imageId: string; sizeBytes: number | null; repository: string; tag: string } | null;
+    if (result) {
+      op.snapshot.snapshot_id = result.imageId;
+      op.snapshot.size_bytes = result.sizeBytes;
+      op.snapshot.name = `${result.repository}:${result.tag}`;
+    } else {
+      op.snapshot.error = op.notes.at(-1) ?? 'snapshot failed';
+    }
+    await this.save(cluster.id, op);
+    return 'done';
+  }
+
+  /** desired → stopped (container stopped and removed by the agent) or deleted; done once the agent confirms. */
+  private async removeContainer(
+    cluster: Cluster,
+    op: Operation,
+    desired: 'stopped' | 'deleted',
+  ): Promise<PhaseResult> {
+    const workload = await this.workload(cluster.id);
+    if (!workload) return 'done';
+    if (workload.desired !== desired && workload.desired !== 'deleted') {
+      await this.d.fleet.workloads.setDesired(cluster.id, desired);
+    }
+    // `stopped` and `removed` both mean the agent confirmed the container gone (WorkloadService).
+    const gone = ['stopped', 'removed'];
+    const fresh = await this.workload(cluster.id);
+    if (!fresh || gone.includes(fresh.phase)) return 'done';
+    if (!(await this.hostReachable(cluster.hostId))) {
+      await this.note(
+        cluster.id,
+        op,
+        `${op.phase}: host unreachable; its agent removes the container when it reconnects`,
+      );
+      return 'done';
+    }
+    if (this.past(op.deadline)) {
+      await this.note(cluster.id, op, `${op.phase}: the agent did not confirm within timeout_minutes`);
+      return 'done';
+    }
+    return 'wait';
+  }
+
+  private async cleanUpAfterStop(cluster: Cluster, op: Operation): Promise<PhaseResult> {
+    if (!(op.options as StopOptions).preserve_data) await this.removeVolume(cluster, op);
+    return this.release(cluster);
+  }
+
+  private async removeVolume(cluster: Cluster, op: Operation): Promise<PhaseResult> {
+    if (!cluster.hostId || !(await this.workload(cluster.id))) return 'done';
+    if (!(await this.hostReachable(cluster.hostId))) {
+      await this.note(cluster.id, op, `${op.phase}: host unreachable, the volume could not be deleted`);
+      return 'done';
+    }
+    await this.command(cluster, op, { name: 'remove_volume', workloadId: cluster.id });
+    return 'done';
+  }
+
+  private async release(cluster: Cluster): Promise<PhaseResult> {
+    await this.d.db.prisma.$transaction(async (tx) => this.d.allocator.release(tx, cluster.id), TX_OPTIONS);
+    this.d.freed();
+    return 'done';
+  }
+
+  private async finalizeBilling(cluster: Cluster, op: Operation): Promise<PhaseResult> {
+    const totals = await this.d.db.prisma.$transaction(async (tx) => {
+      // Normally closed when the delete was accepted; a session opened since (a race with start) closes here.
+      await closeSession(tx, cluster, new Date(op.billing.cutoff), 'deleted');
+      return tx.usageRecord.aggregate({
+        where: { resourceId: cluster.id, resourceType: 'cluster' },
+        _sum: { cost: true },
+      });
+    }, TX_OPTIONS);
+    op.billing.total_cost = Math.round((totals._sum.cost ?? 0) * 10_000) / 10_000;
+    await this.save(cluster.id, op);
+    return 'done';
+  }
+
+  private async complete(cluster: Cluster, op: Operation): Promise<void> {
+    const now = this.d.clock.now();
+    op.completed_at = now.toISOString();
+    op.runner = null;
+    op.lease_until = null;
+    await this.d.db.prisma.cluster.updateMany({
+      where: { id: cluster.id, status: cluster.status },
+      data:
+        op.kind === 'stop'
+          ? { status: 'stopped', operation: op as unknown as Prisma.InputJsonValue, updatedAt: now }
+          : {
+              status: 'deleted',
+              deletedAt: now,
+              operation: op as unknown as Prisma.InputJsonValue,
+              updatedAt: now,
+            },
+    });
+    this.d
+      .logger()
+      .info({ clusterId: cluster.id, kind: op.kind, notes: op.notes }, `cluster ${op.kind} completed`);
+  }
+}

@@ -1,0 +1,215 @@
+import type { WorkloadStatus } from '@anvil/shared/protocol';
+import type { Clock } from '../auth/clock.ts';
+import type { Database } from '../db/index.ts';
+import type { Allocator } from '../scheduler/allocator.ts';
+import type { DeleteOptions } from './operation.ts';
+import type { ClusterOperations } from './operations.ts';
+import type { ClusterLogger, ClusterService } from './service.ts';
+
+export interface SupervisorOptions {
+  /** Pass interval while some cluster is in a transition (starting, pending, stopping, deleting). */
+  busyIntervalMs?: number;
+  /** Pass interval otherwise (expiry, containers that exit). */
+  idleIntervalMs?: number;
+  /** How often the capacity index is rebuilt from inventories while clusters are pending. */
+  capacitySyncMs?: number;
+}
+
+/** Delete options for an expired cluster (expires_at is its auto-termination time). */
+export const EXPIRY_DELETE: DeleteOptions = {
+  force: false,
+  create_final_snapshot: false,
+  snapshot_name: null,
+  preserve_snapshots: true,
+  delete_snapshots: false,
+  finalize_billing: true,
+  cleanup_network_resources: true,
+  wait_for_completion: false,
+  timeout_minutes: 10,
+  deletion_reason: 'expired: expires_at reached',
+};
+
+/**
+ * The loop that moves clusters along from what the database says, so nothing depends on a promise
+ * held in memory and a restarted control plane (or another replica) carries everything on:
+ * starting → running once the agent reports the container running (billing starts then), starting or
+ * running → error when the image cannot be pulled or the container exits, pending clusters placed
+ * oldest first when capacity frees or appears, expired clusters deleted, stop and delete phases run.
+ */
+export class ClusterSupervisor {
+  #timer: NodeJS.Timeout | null = null;
+  #running = false;
+  #passing: Promise<void> | null = null;
+  #kicked = true;
+  #lastSync = 0;
+  readonly #inFlight = new Set<string>();
+  readonly #busyMs: number;
+  readonly #idleMs: number;
+  readonly #syncMs: number;
+
+  constructor(
+    private readonly d: {
+      db: Database;
+      clock: Clock;
+      service: ClusterService;
+      operations: ClusterOperations;
+      allocator: Allocator;
+      logger: () => ClusterLogger;
+    },
+    options: SupervisorOptions = {},
+  ) {
+    this.#busyMs = options.busyIntervalMs ?? 100;
+    this.#idleMs = options.idleIntervalMs ?? 1_000;
+    this.#syncMs = options.capacitySyncMs ?? 3_000;
+  }
+
+  start(): void {
+    if (this.#running) return;
+    this.#running = true;
+    this.#schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.#running = false;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = null;
+    await this.#passing;
+  }
+
+  /** Something changed (capacity freed, an operation accepted): run a pass soon. */
+  kick(): void {
+    this.#kicked = true;
+    if (this.#running && !this.#passing) this.#schedule(0);
+  }
+
+  #schedule(ms: number): void {
+    if (!this.#running) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.#passing = this.pass()
+        .then((busy) => this.#schedule(this.#kicked ? 0 : busy ? this.#busyMs : this.#idleMs))
+        .catch((error: unknown) => {
+          this.d.logger().error({ err: error }, 'cluster supervisor pass failed');
+          this.#schedule(this.#idleMs);
+        })
+        .finally(() => {
+          this.#passing = null;
+        });
+    }, ms);
+    this.#timer.unref();
+  }
+
+  /** One pass; true while some cluster is in a transition. */
+  async pass(): Promise<boolean> {
+    const kicked = this.#kicked;
+    this.#kicked = false;
+    const now = this.d.clock.now();
+    const rows = await this.d.db.prisma.$queryRawUnsafe<
+      {
+        id: string;
+        status: string;
+        phase: string | null;
+        desired: string | null;
+        actual_status: WorkloadStatus | null;
+        expired: boolean;
+      }[]
+    >(
+      `SELECT c.id, c.status, w.phase, w.desired, w.actual_status, (c.expires_at IS NOT NULL AND c.expires_at <= $1) AS expired
+         FROM clusters c LEFT JOIN workloads w ON w.id = c.id
+        WHERE c.deleted_at IS NULL AND (
+          c.status IN ('pending', 'starting', 'stopping', 'deleting')
+          OR (c.status = 'running' AND w.phase IN ('exited', 'failed'))
+          OR (c.expires_at IS NOT NULL AND c.expires_at <= $1))
+        ORDER BY c.created_at, c.id LIMIT 500`,
+      now,
+    );
+    let pending = false;
+    for (const row of rows) {
+      if (row.expired && row.status !== 'deleting') {
+        const cluster = await this.d.service.row(row.id).catch(() => null);
+        if (cluster && (await this.d.service.beginDelete(cluster, EXPIRY_DELETE))) {
+          this.d.logger().info({ clusterId: row.id }, 'cluster expired: deleting it');
+        }
+        continue;
+      }
+      switch (row.status) {
+        case 'pending':
+          pending = true;
+          break;
+        case 'starting':
+          await this.starting(row.id, row.phase, row.desired, row.actual_status);
+          break;
+        case 'running':
+          await this.d.service.fail(row.id, failureReason(row.phase, row.actual_status));
+          break;
+        case 'stopping':
+        case 'deleting':
+          this.#operate(row.id);
+          break;
+      }
+    }
+    if (pending) await this.placePending(kicked);
+    return rows.length > 0;
+  }
+
+  private async starting(
+    id: string,
+    phase: string | null,
+    desired: string | null,
+    actual: WorkloadStatus | null,
+  ): Promise<void> {
+    if (phase === null || desired !== 'running') {
+      await this.d.service.ensureWorkload(id);
+      return;
+    }
+    if (phase === 'running') {
+      const now = this.d.clock.now();
+      const started = await this.d.db.prisma.cluster.updateMany({
+        where: { id, status: 'starting' },
+        data: { status: 'running', statusReason: null, sessionStartedAt: now, updatedAt: now },
+      });
+      if (started.count > 0)
+        this.d.logger().info({ clusterId: id }, 'cluster running: billing session opened');
+      return;
+    }
+    if (phase === 'failed' || phase === 'exited') await this.d.service.fail(id, failureReason(phase, actual));
+  }
+
+  #operate(id: string): void {
+    if (this.#inFlight.has(id)) return;
+    this.#inFlight.add(id);
+    this.d.operations
+      .advance(id)
+      .catch((error: unknown) =>
+        this.d.logger().error({ err: error, clusterId: id }, 'cluster operation failed'),
+      )
+      .finally(() => {
+        this.#inFlight.delete(id);
+      });
+  }
+
+  /** Pending clusters, oldest first; the capacity index is rebuilt now and then so new hosts are seen. */
+  private async placePending(kicked: boolean): Promise<void> {
+    const nowMs = this.d.clock.now().getTime();
+    if (!kicked && nowMs - this.#lastSync < this.#syncMs) return;
+    this.#lastSync = nowMs;
+    await this.d.allocator.sync();
+    const pending = await this.d.db.prisma.cluster.findMany({
+      where: { status: 'pending', deletedAt: null },
+      orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
+      select: { id: true },
+      take: 100,
+    });
+    for (const { id } of pending) {
+      if (await this.d.service.placePending(id))
+        this.d.logger().info({ clusterId: id }, 'pending cluster placed');
+    }
+  }
+}
+
+function failureReason(phase: string | null, actual: WorkloadStatus | null): string {
+  if (phase === 'failed') return `container could not be started: ${actual?.error ?? 'unknown error'}`;
+  const code = actual?.exitCode;
+  return `container exited${code === null || code === undefined ? '' : ` with code ${code}`}`;
+}

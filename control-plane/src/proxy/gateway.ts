@@ -1,0 +1,601 @@
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import { request as httpRequest } from 'node:http';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { ApiError } from '@anvil/shared';
+import type { Logger } from 'pino';
+import type { ProxyPortMapping } from '../db/generated/client.ts';
+import type { ProxyService } from './service.ts';
+import { SESSION_COOKIE } from './sessions.ts';
+import type { Route } from './store.ts';
+import type { ProxyTls } from './tls.ts';
+import { type MappingAccess, rateLimitOf, securityHeadersOf } from './types.ts';
+
+/** Paths the proxy answers itself on every mapping host (never forwarded). */
+export const LOGIN_PATH = '/__anvil/login';
+export const LOGOUT_PATH = '/__anvil/logout';
+
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+/**
+ * `<cluster id>-<port>.<domain>`. The cluster id's underscore is written as a hyphen
+ * (`cluster-abc…-8888`) because a wildcard certificate does not match labels containing `_`; the
+ * literal form (`cluster_abc…-8888`) is accepted too.
+ */
+export function parseProxyHost(hostHeader: string | undefined, domain: string) {
+  if (!hostHeader) return null;
+  const host = hostHeader.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '');
+  if (!host.endsWith(`.${domain}`)) return null;
+  const label = host.slice(0, -domain.length - 1);
+  const match = /^cluster[-_]([a-z0-9]+)-(\d{1,5})$/.exec(label);
+  if (!match) return null;
+  const port = Number(match[2]);
+  if (port < 1 || port > 65535) return null;
+  return { clusterId: `cluster_${match[1]}`, port };
+}
+
+interface Caller {
+  userId: string | null;
+  role: string | null;
+  /** Rate-limit and unique-visitor identity: the user, else the client address. */
+  visitor: string;
+}
+
+interface Admitted {
+  route: Route;
+  mapping: ProxyPortMapping;
+  access: MappingAccess;
+  caller: Caller;
+  headers: IncomingHttpHeaders;
+}
+
+/** A refusal answered by the proxy itself: JSON `{error, message, details}` with the status. */
+class Refusal {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    readonly message: string,
+    readonly headers: Record<string, string> = {},
+  ) {}
+}
+
+/**
+ * The HTTPS server in front of cluster ports. Per request: route (404 unknown cluster or port, 503
+ * proxy disabled or cluster not running), addresses (403), CORS preflight, authentication (401/403),
+ * rate limits (429), then forwarding over a pooled tunnel stream with security and CORS headers added.
+ */
+export class ProxyGateway {
+  private server: Server | null = null;
+  private readonly upgraded = new Set<Duplex>();
+
+  constructor(
+    private readonly proxy: ProxyService,
+    private readonly logger: Logger,
+  ) {}
+
+  get port(): number | null {
+    const address = this.server?.address() as AddressInfo | null | undefined;
+    return address ? address.port : null;
+  }
+
+  async listen(tls: ProxyTls, port: number, host: string): Promise<void> {
+    const server = createServer({ cert: tls.cert, key: tls.key }, (req, res) => void this.handle(req, res));
+    // No cap on how long a request or stream may last (uploads, SSE, notebooks); idle keep-alive ends.
+    server.requestTimeout = 0;
+    server.timeout = 0;
+    server.keepAliveTimeout = 72_000;
+    server.headersTimeout = 60_000;
+    server.on(
+      'upgrade',
+      (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.upgrade(req, socket, head),
+    );
+    server.on('tlsClientError', () => {});
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    this.server = server;
+  }
+
+  async close(graceMs: number): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    this.server = null;
+    for (const socket of this.upgraded) socket.destroy();
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeIdleConnections();
+    const force = setTimeout(() => server.closeAllConnections(), graceMs);
+    force.unref();
+    await closed;
+    clearTimeout(force);
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const started = performance.now();
+    const clientIp = req.socket.remoteAddress ?? '';
+    let clusterId: string | null = null;
+    let userId: string | null = null;
+    const finish = (status: number) => {
+      if (clusterId) this.proxy.traffic.log(clusterId, this.entry(req, clientIp, userId, status, started));
+    };
+    try {
+      const target = parseProxyHost(req.headers.host, this.proxy.domain);
+      if (!target)
+        throw new Refusal(404, 'NOT_FOUND', `expected https://<cluster_id>-<port>.${this.proxy.domain}`);
+      clusterId = target.clusterId;
+      const path = req.url ?? '/';
+      if (path === LOGIN_PATH || path.startsWith(`${LOGIN_PATH}?`)) {
+        const status = await this.login(req, res, target.clusterId, target.port, clientIp);
+        finish(status);
+        return;
+      }
+      const preflight =
+        req.method === 'OPTIONS' && req.headers.origin && req.headers['access-control-request-method'];
+      const admitted = await this.admit(req, target.clusterId, target.port, clientIp, Boolean(preflight));
+      if (!admitted) {
+        // CORS preflight answered by the proxy (no credentials travel with a preflight).
+        const status = this.preflight(req, res, await this.mappingAccess(target.clusterId, target.port));
+        finish(status);
+        return;
+      }
+      userId = admitted.caller.userId;
+      if (path === LOGOUT_PATH) {
+        const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
+        if (cookie) await this.proxy.sessions.end(cookie);
+        res.writeHead(204, {
+          'set-cookie': `${SESSION_COOKIE}=; Path=/; Max-Age=0; Secure; HttpOnly; SameSite=Lax`,
+        });
+        res.end();
+        finish(204);
+        return;
+      }
+      this.forward(req, res, admitted, (status) => {
+        finish(status);
+        this.proxy.traffic.forwarded(
+          admitted.mapping.id,
+          admitted.caller.visitor,
+          performance.now() - started,
+        );
+      });
+    } catch (error) {
+      const refusal = toRefusal(error);
+      if (refusal.status >= 500)
+        this.logger.warn({ err: error, cluster_id: clusterId }, 'proxy request failed');
+      sendRefusal(res, refusal);
+      finish(refusal.status);
+    }
+  }
+
+  private async mappingAccess(clusterId: string, port: number): Promise<MappingAccess | null> {
+    const route = await this.proxy.store.route(clusterId);
+    const mapping = route && findMapping(route, port);
+    return mapping ? (route.access.get(mapping.id)?.access ?? null) : null;
+  }
+
+  /** Route, address, authentication and rate-limit checks; null for a CORS preflight (answered apart). */
+  private async admit(
+    req: IncomingMessage,
+    clusterId: string,
+    port: number,
+    clientIp: string,
+    preflight: boolean,
+  ): Promise<Admitted | null> {
+    const route = await this.proxy.store.route(clusterId);
+    if (!route) throw new Refusal(404, 'CLUSTER_NOT_FOUND', `no cluster ${clusterId}`);
+    const mapping = findMapping(route, port);
+    if (!mapping) {
+      throw new Refusal(404, 'PORT_MAPPING_NOT_FOUND', `port ${port} of ${clusterId} is not mapped`);
+    }
+    if (!route.settings.enabled)
+      throw new Refusal(503, 'PROXY_DISABLED', `the proxy of ${clusterId} is disabled`);
+    if (mapping.protocol !== 'tcp') throw new Refusal(404, 'PORT_MAPPING_NOT_FOUND', `port ${port} is udp`);
+    if (route.cluster.status !== 'running') {
+      throw new Refusal(503, 'INVALID_STATE', `cluster ${clusterId} is ${route.cluster.status}, not running`);
+    }
+    const compiled = route.access.get(mapping.id)!;
+    if (route.blocked.matches(clientIp))
+      throw new Refusal(403, 'FORBIDDEN', `address ${clientIp} is blocked`);
+    if (route.whitelist.size > 0 && !route.whitelist.matches(clientIp)) {
+      throw new Refusal(403, 'FORBIDDEN', `address ${clientIp} is not in the cluster's ip_whitelist`);
+    }
+    if (compiled.whitelist.size > 0 && !compiled.whitelist.matches(clientIp)) {
+      throw new Refusal(403, 'FORBIDDEN', `address ${clientIp} is not in this port's ip_whitelist`);
+    }
+    if (preflight && compiled.access.cors.enabled) return null;
+
+    const access = compiled.access;
+    const headers = { ...req.headers };
+    const required =
+      !access.public_access && (access.authentication_required ?? route.settings.defaultAuthentication);
+    const caller = await this.authenticate(req, headers, route, mapping, required, clientIp);
+    if (caller.userId && access.allowed_users.length > 0 && !access.allowed_users.includes(caller.userId)) {
+      throw new Refusal(403, 'FORBIDDEN', 'this port is open to listed users only (allowed_users)');
+    }
+    if (
+      caller.userId &&
+      access.allowed_roles.length > 0 &&
+      !access.allowed_roles.includes(caller.role ?? '')
+    ) {
+      throw new Refusal(403, 'FORBIDDEN', 'this port is open to listed roles only (allowed_roles)');
+    }
+
+    const nowMs = this.proxy.clock.now().getTime();
+    const limits: [string, ReturnType<typeof rateLimitOf>, string][] = [
+      [`g:${clusterId}`, rateLimitOf(route.settings.globalRateLimit), 'global_limit'],
+      [`u:${clusterId}:${caller.visitor}`, rateLimitOf(route.settings.perUserRateLimit), 'per_user_limit'],
+      [`m:${mapping.id}:${caller.visitor}`, access.rate_limit, 'port rate_limit'],
+    ];
+    for (const [key, limit, name] of limits) {
+      if (!limit) continue;
+      const wait = this.proxy.buckets.take(key, limit, nowMs);
+      if (wait > 0) {
+        throw new Refusal(
+          429,
+          'RATE_LIMITED',
+          `over the ${name} of ${limit.requests_per_minute} requests per minute`,
+          {
+            'retry-after': String(wait),
+          },
+        );
+      }
+    }
+    return { route, mapping, access, caller, headers };
+  }
+
+  /**
+   * An Anvil key (`Authorization: Bearer anv_…`, recognised by its prefix) or the session cookie. Both
+   * are removed from `headers` (what the container receives); any other Authorization passes through.
+   */
+  private async authenticate(
+    req: IncomingMessage,
+    headers: IncomingHttpHeaders,
+    route: Route,
+    mapping: ProxyPortMapping,
+    required: boolean,
+    clientIp: string,
+  ): Promise<Caller> {
+    const authorization = req.headers.authorization;
+    const anvilKey = authorization !== undefined && /^Bearer\s+anv_/i.test(authorization);
+    if (anvilKey) delete headers.authorization;
+    const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
+    if (cookie) {
+      const rest = stripCookie(req.headers.cookie ?? '', SESSION_COOKIE);
+      if (rest) headers.cookie = rest;
+      else delete headers.cookie;
+    }
+    if (!required) return { userId: null, role: null, visitor: `ip:${clientIp}` };
+    if (anvilKey) {
+      const user = await this.proxy.authorizeKey(authorization!, route.cluster.id, clientIp);
+      return { userId: user.userId, role: user.role, visitor: `user:${user.userId}` };
+    }
+    if (cookie) {
+      const session = await this.proxy.sessions.find(cookie);
+      if (
+        session &&
+        session.clusterId === route.cluster.id &&
+        session.internalPort === mapping.internalPort
+      ) {
+        const role = await this.proxy.roleOf(session.userId);
+        return { userId: session.userId, role, visitor: `user:${session.userId}` };
+      }
+    }
+    throw new Refusal(
+      401,
+      'UNAUTHORIZED',
+      'send "Authorization: Bearer <Anvil API key>" or open a login link from POST /v1/clusters/{cluster_id}/proxy/ports/{port_id}/login-link',
+      { 'www-authenticate': 'Bearer realm="anvil-proxy"' },
+    );
+  }
+
+  private preflight(req: IncomingMessage, res: ServerResponse, access: MappingAccess | null): number {
+    const origin = req.headers.origin ?? '';
+    if (!access || !originAllowed(access, origin)) {
+      sendRefusal(res, new Refusal(403, 'FORBIDDEN', `origin ${origin} is not allowed`));
+      return 403;
+    }
+    const requested = req.headers['access-control-request-headers'];
+    res.writeHead(204, {
+      'access-control-allow-origin': origin,
+      'access-control-allow-credentials': 'true',
+      'access-control-allow-methods': (access.cors.allowed_methods.length > 0
+        ? access.cors.allowed_methods
+        : ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']
+      ).join(', '),
+      'access-control-allow-headers':
+        access.cors.allowed_headers.length > 0 ? access.cors.allowed_headers.join(', ') : (requested ?? ''),
+      'access-control-max-age': '600',
+      vary: 'Origin',
+    });
+    res.end();
+    return 204;
+  }
+
+  private forward(
+    req: IncomingMessage,
+    res: ServerResponse,
+    admitted: Admitted,
+    done: (status: number) => void,
+  ) {
+    const { route, mapping, access } = admitted;
+    const headers = forwardedHeaders(admitted.headers, req);
+    const upstream = httpRequest({
+      agent: this.proxy.pool.agent(route.cluster.id, mapping.internalPort),
+      method: req.method,
+      path: req.url,
+      headers,
+      setHost: false,
+    });
+    let answered = false;
+    upstream.on('response', (upstreamRes) => {
+      answered = true;
+      const out: string[] = [];
+      const raw = upstreamRes.rawHeaders;
+      const connectionListed = listedInConnection(upstreamRes.headers.connection);
+      for (let i = 0; i < raw.length; i += 2) {
+        const name = raw[i]!.toLowerCase();
+        if (HOP_BY_HOP.has(name) || connectionListed.has(name)) continue;
+        out.push(raw[i]!, raw[i + 1]!);
+      }
+      for (const [name, value] of Object.entries(this.addedHeaders(route, access, req.headers.origin))) {
+        for (let i = out.length - 2; i >= 0; i -= 2) if (out[i]!.toLowerCase() === name) out.splice(i, 2);
+        out.push(name, value);
+      }
+      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
+      upstreamRes.pipe(res);
+      upstreamRes.on('error', () => res.destroy());
+      res.on('finish', () => done(upstreamRes.statusCode ?? 502));
+    });
+    upstream.on('error', (error: Error) => {
+      if (answered) {
+        res.destroy();
+        return;
+      }
+      const refusal = toRefusal(error);
+      this.logger.debug({ err: error, cluster_id: route.cluster.id }, 'proxy upstream failed');
+      sendRefusal(res, refusal);
+      done(refusal.status);
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) upstream.destroy();
+    });
+    req.pipe(upstream);
+  }
+
+  private addedHeaders(
+    route: Route,
+    access: MappingAccess,
+    origin: string | undefined,
+  ): Record<string, string> {
+    const headers: Record<string, string> = {};
+    const security = securityHeadersOf(route.settings.securityHeaders);
+    if (security.hsts_enabled) headers['strict-transport-security'] = 'max-age=31536000';
+    if (security.content_security_policy)
+      headers['content-security-policy'] = security.content_security_policy;
+    if (security.x_frame_options) headers['x-frame-options'] = security.x_frame_options;
+    if (origin && access.cors.enabled && originAllowed(access, origin)) {
+      headers['access-control-allow-origin'] = origin;
+      headers['access-control-allow-credentials'] = 'true';
+      headers['vary'] = 'Origin';
+    }
+    return headers;
+  }
+
+  /** WebSocket (any Upgrade): the same checks, then the raw bytes both ways over a dedicated tunnel. */
+  private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const started = performance.now();
+    const clientIp = (req.socket as Socket).remoteAddress ?? '';
+    const target = parseProxyHost(req.headers.host, this.proxy.domain);
+    socket.on('error', () => socket.destroy());
+    try {
+      if (!target) throw new Refusal(404, 'NOT_FOUND', 'unknown proxy host');
+      const admitted = await this.admit(req, target.clusterId, target.port, clientIp, false);
+      if (!admitted) throw new Refusal(400, 'VALIDATION_ERROR', 'not an upgrade');
+      const upstream = await this.proxy.pool.open(target.clusterId, admitted.mapping.internalPort);
+      const headers = forwardedHeaders(admitted.headers, req);
+      headers.connection = 'Upgrade';
+      headers.upgrade = req.headers.upgrade ?? 'websocket';
+      let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
+      for (const [name, value] of Object.entries(headers)) {
+        for (const v of Array.isArray(value) ? value : [value])
+          if (v !== undefined) text += `${name}: ${v}\r\n`;
+      }
+      upstream.write(`${text}\r\n`);
+      if (head.length > 0) upstream.write(head);
+      this.upgraded.add(socket);
+      const end = () => {
+        this.upgraded.delete(socket);
+        socket.destroy();
+        upstream.destroy();
+      };
+      upstream.on('error', end);
+      upstream.on('close', end);
+      socket.on('close', end);
+      upstream.pipe(socket);
+      socket.pipe(upstream);
+      this.proxy.traffic.log(
+        target.clusterId,
+        this.entry(req, clientIp, admitted.caller.userId, 101, started),
+      );
+      this.proxy.traffic.forwarded(admitted.mapping.id, admitted.caller.visitor, performance.now() - started);
+    } catch (error) {
+      const refusal = toRefusal(error);
+      const body = JSON.stringify({ error: refusal.code, message: refusal.message });
+      let text = `HTTP/1.1 ${refusal.status} ${statusText(refusal.status)}\r\ncontent-type: application/json\r\n`;
+      for (const [name, value] of Object.entries(refusal.headers)) text += `${name}: ${value}\r\n`;
+      socket.end(`${text}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      if (target)
+        this.proxy.traffic.log(target.clusterId, this.entry(req, clientIp, null, refusal.status, started));
+    }
+  }
+
+  /** GET /__anvil/login?ticket=…&next=/path: trades a one-time ticket for the session cookie. */
+  private async login(
+    req: IncomingMessage,
+    res: ServerResponse,
+    clusterId: string,
+    port: number,
+    clientIp: string,
+  ): Promise<number> {
+    const url = new URL(req.url ?? '/', 'https://proxy.invalid');
+    const ticket = url.searchParams.get('ticket') ?? '';
+    const next = url.searchParams.get('next') ?? '/';
+    const route = await this.proxy.store.route(clusterId);
+    const mapping = route && findMapping(route, port);
+    if (!route || !mapping)
+      throw new Refusal(404, 'PORT_MAPPING_NOT_FOUND', `port ${port} of ${clusterId} is not mapped`);
+    if (route.blocked.matches(clientIp))
+      throw new Refusal(403, 'FORBIDDEN', `address ${clientIp} is blocked`);
+    const access = route.access.get(mapping.id)!.access;
+    const minutes = access.session_timeout_minutes ?? route.settings.sessionTimeoutMinutes;
+    const session = await this.proxy.sessions.redeem(
+      ticket,
+      clusterId,
+      mapping.internalPort,
+      minutes,
+      route.settings.maxConcurrentSessions,
+    );
+    if (!session) throw new Refusal(401, 'UNAUTHORIZED', 'the login ticket is unknown, used or expired');
+    const location = next.startsWith('/') && !next.startsWith('//') ? next : '/';
+    res.writeHead(302, {
+      location,
+      'set-cookie': `${SESSION_COOKIE}=${session.cookie}; Path=/; Max-Age=${minutes * 60}; Secure; HttpOnly; SameSite=Lax`,
+      'cache-control': 'no-store',
+    });
+    res.end();
+    return 302;
+  }
+
+  private entry(
+    req: IncomingMessage,
+    clientIp: string,
+    user: string | null,
+    status: number,
+    started: number,
+  ) {
+    const path = (req.url ?? '/').replace(/([?&]ticket=)[^&]*/, '$1…');
+    return {
+      timestamp: this.proxy.clock.now().toISOString(),
+      client_ip: clientIp,
+      user,
+      method: req.method ?? 'GET',
+      path: path.length > 512 ? `${path.slice(0, 512)}…` : path,
+      status_code: status,
+      response_time_ms: Math.round((performance.now() - started) * 100) / 100,
+      user_agent: req.headers['user-agent'] ?? null,
+    };
+  }
+}
+
+function findMapping(route: Route, port: number): ProxyPortMapping | undefined {
+  return (
+    route.mappings.find((m) => m.internalPort === port) ?? route.mappings.find((m) => m.externalPort === port)
+  );
+}
+
+function originAllowed(access: MappingAccess, origin: string): boolean {
+  return access.cors.allowed_origins.includes('*') || access.cors.allowed_origins.includes(origin);
+}
+
+function listedInConnection(value: string | string[] | undefined): Set<string> {
+  const text = Array.isArray(value) ? value.join(',') : (value ?? '');
+  return new Set(
+    text
+      .split(',')
+      .map((part) => part.trim().toLowerCase())
+      .filter(Boolean),
+  );
+}
+
+function forwardedHeaders(input: IncomingHttpHeaders, req: IncomingMessage): IncomingHttpHeaders {
+  const listed = listedInConnection(input.connection);
+  const headers: IncomingHttpHeaders = {};
+  for (const [name, value] of Object.entries(input)) {
+    if (!HOP_BY_HOP.has(name) && !listed.has(name) && value !== undefined) headers[name] = value;
+  }
+  const clientIp = req.socket.remoteAddress ?? '';
+  const prior = input['x-forwarded-for'];
+  headers['x-forwarded-for'] = prior ? `${prior}, ${clientIp}` : clientIp;
+  headers['x-forwarded-proto'] = 'https';
+  if (input.host) headers['x-forwarded-host'] = input.host;
+  return headers;
+}
+
+export function readCookie(header: string | undefined, name: string): string | null {
+  if (!header) return null;
+  for (const part of header.split(';')) {
+    const index = part.indexOf('=');
+    if (index > 0 && part.slice(0, index).trim() === name) return part.slice(index + 1).trim();
+  }
+  return null;
+}
+
+function stripCookie(header: string, name: string): string {
+  return header
+    .split(';')
+    .filter((part) => part.split('=')[0]?.trim() !== name)
+    .map((part) => part.trim())
+    .join('; ');
+}
+
+function toRefusal(error: unknown): Refusal {
+  if (error instanceof Refusal) return error;
+  if (error instanceof ApiError) {
+    // Upstream problems reach the browser as 502 (container port closed) or 504 (agent timeout).
+    if (
+      error.code === 'AGENT_COMMAND_FAILED' ||
+      error.code === 'HOST_NOT_CONNECTED' ||
+      error.code === 'WORKLOAD_NOT_FOUND'
+    ) {
+      return new Refusal(502, 'BAD_GATEWAY', error.message);
+    }
+    return new Refusal(error.status, error.code, error.message, error.headers);
+  }
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === 'ECONNREFUSED' || code === 'ECONNRESET' || code === 'EHOSTUNREACH' || code === 'ETIMEDOUT') {
+    return new Refusal(502, 'BAD_GATEWAY', `the container did not answer on this port (${code})`);
+  }
+  return new Refusal(502, 'BAD_GATEWAY', (error as Error).message ?? 'upstream failure');
+}
+
+function sendRefusal(res: ServerResponse, refusal: Refusal): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = JSON.stringify({ error: refusal.code, message: refusal.message });
+  res.writeHead(refusal.status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    'cache-control': 'no-store',
+    ...refusal.headers,
+  });
+  res.end(body);
+}
+
+function statusText(status: number): string {
+  return (
+    {
+      400: 'Bad Request',
+      401: 'Unauthorized',
+      403: 'Forbidden',
+      404: 'Not Found',
+      429: 'Too Many Requests',
+      502: 'Bad Gateway',
+      503: 'Service Unavailable',
+    }[status] ?? 'Error'
+  );
+}

@@ -1,0 +1,115 @@
+import { newId } from '@anvil/shared';
+import type { Clock } from '../auth/clock.ts';
+import type { Cluster, ProxyPortMapping, ProxySettings } from '../db/generated/client.ts';
+import type { Database } from '../db/index.ts';
+import { IpRules } from './ip-rules.ts';
+import { EXTERNAL_PORT_RANGE, type MappingAccess, mappingAccessOf } from './types.ts';
+
+/** What the proxy needs to route one request for a cluster, compiled once and cached briefly. */
+export interface Route {
+  cluster: Pick<Cluster, 'id' | 'accountId' | 'status' | 'hostId'>;
+  settings: ProxySettings;
+  mappings: ProxyPortMapping[];
+  blocked: IpRules;
+  whitelist: IpRules;
+  access: Map<string, { access: MappingAccess; whitelist: IpRules }>;
+}
+
+/** How long a compiled route is trusted; writes through this process invalidate it at once. */
+const ROUTE_TTL_MS = 2_000;
+
+/**
+ * Proxy settings and port mappings in the database. A cluster gets its settings row and one mapping per
+ * port it requested at creation (`clusters.ports`) the first time anything proxy-related touches it.
+ */
+export class ProxyStore {
+  private readonly routes = new Map<string, { route: Route | null; at: number }>();
+
+  constructor(
+    private readonly db: Database,
+    private readonly clock: Clock,
+  ) {}
+
+  invalidate(clusterId: string): void {
+    this.routes.delete(clusterId);
+  }
+
+  /** The settings row, creating it (and the seeded mappings) on first use. */
+  async ensure(cluster: Cluster): Promise<ProxySettings> {
+    const existing = await this.db.prisma.proxySettings.findUnique({ where: { clusterId: cluster.id } });
+    if (existing) return existing;
+    const requested = Array.isArray(cluster.ports) ? (cluster.ports as Record<string, unknown>[]) : [];
+    const seen = new Set<number>();
+    const seeds: { internalPort: number; protocol: string; description: string }[] = [];
+    for (const port of requested) {
+      const internal = Number(port['internal_port']);
+      if (!Number.isInteger(internal) || internal < 1 || internal > 65535 || seen.has(internal)) continue;
+      seen.add(internal);
+      seeds.push({
+        internalPort: internal,
+        protocol: port['protocol'] === 'udp' ? 'udp' : 'tcp',
+        description: typeof port['description'] === 'string' ? port['description'] : `port ${internal}`,
+      });
+    }
+    return this.db.prisma.$transaction(async (tx) => {
+      const created = await tx.proxySettings.upsert({
+        where: { clusterId: cluster.id },
+        create: { clusterId: cluster.id },
+        update: {},
+      });
+      if (seeds.length > 0) {
+        await tx.proxyPortMapping.createMany({
+          data: seeds.map((seed, index) => ({
+            id: newId('port'),
+            clusterId: cluster.id,
+            ...seed,
+            externalPort: EXTERNAL_PORT_RANGE.min + index,
+          })),
+          skipDuplicates: true,
+        });
+      }
+      return created;
+    });
+  }
+
+  async mappings(clusterId: string): Promise<ProxyPortMapping[]> {
+    return this.db.prisma.proxyPortMapping.findMany({
+      where: { clusterId },
+      orderBy: [{ internalPort: 'asc' }],
+    });
+  }
+
+  /** The compiled route for a cluster, or null when it does not exist (or is deleted). */
+  async route(clusterId: string): Promise<Route | null> {
+    const now = this.clock.now().getTime();
+    const cached = this.routes.get(clusterId);
+    if (cached && now - cached.at < ROUTE_TTL_MS) return cached.route;
+    const cluster = await this.db.prisma.cluster.findFirst({ where: { id: clusterId, deletedAt: null } });
+    let route: Route | null = null;
+    if (cluster) {
+      const settings = await this.ensure(cluster);
+      const mappings = await this.mappings(clusterId);
+      route = {
+        cluster: {
+          id: cluster.id,
+          accountId: cluster.accountId,
+          status: cluster.status,
+          hostId: cluster.hostId,
+        },
+        settings,
+        mappings,
+        blocked: new IpRules(settings.blockedIps),
+        whitelist: new IpRules(settings.ipWhitelist),
+        access: new Map(
+          mappings.map((m) => {
+            const access = mappingAccessOf(m.accessControl);
+            return [m.id, { access, whitelist: new IpRules(access.ip_whitelist) }];
+          }),
+        ),
+      };
+    }
+    this.routes.set(clusterId, { route, at: now });
+    if (this.routes.size > 10_000) this.routes.delete(this.routes.keys().next().value!);
+    return route;
+  }
+}

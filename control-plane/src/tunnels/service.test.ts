@@ -1,0 +1,277 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { ApiError } from '@anvil/shared';
+import {
+  AGENT_TUNNEL_PATH,
+  type CommandBody,
+  decodeFrame,
+  encodeExit,
+  encodeFrame,
+  TUNNEL_CHANNEL,
+  TUNNEL_HEADERS,
+} from '@anvil/shared/protocol';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
+import { createTestApp, type TestApp } from '../testing/index.ts';
+import { TunnelService } from './service.ts';
+
+type OpenTunnel = Extract<CommandBody, { name: 'open_tunnel' }>;
+
+/**
+ * The endpoint's checks against the real host credentials (PGlite) and a real HTTP server; the agent's
+ * side is played by this test (a scripted agent, a test double): each test says how it answers
+ * `open_tunnel`. The end-to-end test with the real agent is test/tunnels/tunnels.e2e.test.ts.
+ */
+describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
+  let cp: TestApp;
+  let server: Server;
+  let url: string;
+  let host: { hostId: string; credential: string };
+  let other: { hostId: string; credential: string };
+  let workloadId: string;
+  let scriptedAgent: (command: OpenTunnel) => Promise<unknown>;
+  let service: TunnelService;
+
+  function dial(command: OpenTunnel, who = host, token = command.token): Promise<WebSocket | number> {
+    return new Promise((resolve) => {
+      const ws = new WebSocket(`${url}${AGENT_TUNNEL_PATH}`, {
+        headers: {
+          authorization: `Bearer ${who.credential}`,
+          [TUNNEL_HEADERS.hostId]: who.hostId,
+          [TUNNEL_HEADERS.tunnelId]: command.tunnelId,
+          [TUNNEL_HEADERS.token]: token,
+        },
+      });
+      ws.on('unexpected-response', (_req, res) => {
+        resolve(res.statusCode ?? 0);
+        ws.terminate();
+      });
+      ws.on('error', () => {});
+      ws.on('open', () => resolve(ws));
+    });
+  }
+
+  async function registerHost(): Promise<{ hostId: string; credential: string }> {
+    const { value } = await cp.context.fleet.joinTokens.create({ userId: cp.userId, keyId: null }, {});
+    const result = await cp.context.fleet.hosts.register({
+      joinToken: value,
+      hostname: 'h',
+      agentVersion: 't',
+    });
+    if (!result.ok) throw new Error(result.reason);
+    return { hostId: result.hostId, credential: result.credential };
+  }
+
+  beforeAll(async () => {
+    cp = await createTestApp();
+    host = await registerHost();
+    other = await registerHost();
+    const workload = await cp.context.fleet.workloads.create({
+      hostId: host.hostId,
+      kind: 'cluster',
+      ownerAccountId: cp.accountId,
+      spec: {
+        image: 'x',
+        command: null,
+        entrypoint: null,
+        env: {},
+        labels: {},
+        gpus: [],
+        cpus: null,
+        memoryBytes: null,
+        shmBytes: null,
+        ports: [],
+        volume: null,
+        restartPolicy: { name: 'no', maxRetries: 0 },
+        stopGraceSeconds: 1,
+      },
+    });
+    workloadId = workload.id;
+    service = new TunnelService({
+      agents: {
+        sendCommand: async (_hostId, command) => scriptedAgent(command as OpenTunnel),
+      },
+      workloads: cp.context.fleet.workloads,
+      hosts: cp.context.fleet.hosts,
+      openTimeoutMs: 300,
+    });
+    server = createServer((_req, res) => res.end());
+    server.on('upgrade', (req, socket, head) => service.handleUpgrade(req, socket, head));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+
+  afterAll(async () => {
+    service.closeAll();
+    await new Promise((resolve) => server.close(resolve));
+    await cp.close();
+  });
+
+  it('joins the agent socket to a stream: bytes both ways, half close, normal end', async () => {
+    let agentSide!: WebSocket;
+    const received: Buffer[] = [];
+    scriptedAgent = async (command) => {
+      expect(command).toMatchObject({
+        name: 'open_tunnel',
+        workloadId,
+        target: { kind: 'stream', port: 8080 },
+      });
+      // A forged token first: refused, and the ticket survives it for the real one.
+      expect(await dial(command, host, 'A'.repeat(43))).toBe(401);
+      expect(await dial(command, other)).toBe(401);
+      const ws = await dial(command);
+      if (typeof ws === 'number') throw new Error(`refused: ${ws}`);
+      agentSide = ws;
+      ws.on('message', (data) => received.push(data as Buffer));
+      return { tunnelId: command.tunnelId };
+    };
+    const stream = await service.openStream(workloadId, 8080);
+    stream.write('hello');
+    stream.end();
+    await expect.poll(() => received.length).toBe(2);
+    expect(decodeFrame(received[0]!)).toEqual({
+      channel: TUNNEL_CHANNEL.stdin,
+      payload: Buffer.from('hello'),
+    });
+    expect(decodeFrame(received[1]!)?.channel).toBe(TUNNEL_CHANNEL.eof);
+    agentSide.send(encodeFrame(TUNNEL_CHANNEL.stdout, Buffer.from('world')));
+    agentSide.send(encodeFrame(TUNNEL_CHANNEL.eof));
+    agentSide.close(1000);
+    const chunks: Buffer[] = [];
+    for await (const chunk of stream) chunks.push(chunk as Buffer);
+    expect(Buffer.concat(chunks).toString()).toBe('world');
+  });
+
+  it('a used ticket cannot be replayed', async () => {
+    let used!: OpenTunnel;
+    scriptedAgent = async (command) => {
+      used = command;
+      const ws = await dial(command);
+      if (typeof ws === 'number') throw new Error(`refused: ${ws}`);
+      return {};
+    };
+    const stream = await service.openStream(workloadId, 80);
+    expect(await dial(used)).toBe(401);
+    stream.destroy();
+  });
+
+  it('an agent that replies but never dials times out with AGENT_TIMEOUT', async () => {
+    scriptedAgent = async () => ({});
+    const attempt = service.openStream(workloadId, 80);
+    await expect(attempt).rejects.toBeInstanceOf(ApiError);
+    await expect(attempt).rejects.toMatchObject({ code: 'AGENT_TIMEOUT' });
+  });
+
+  it('an abort settles the wait at once', async () => {
+    scriptedAgent = () => new Promise(() => {});
+    const controller = new AbortController();
+    const attempt = service.openStream(workloadId, 80, { signal: controller.signal });
+    setTimeout(() => controller.abort(new Error('caller went away')), 20);
+    await expect(attempt).rejects.toThrow('caller went away');
+  });
+
+  it("the agent's failure is the caller's, and its ticket is gone", async () => {
+    let failed!: OpenTunnel;
+    scriptedAgent = async (command) => {
+      failed = command;
+      throw new ApiError('AGENT_COMMAND_FAILED', 'connect ECONNREFUSED 172.17.0.2:80');
+    };
+    await expect(service.openStream(workloadId, 80)).rejects.toMatchObject({ code: 'AGENT_COMMAND_FAILED' });
+    expect(await dial(failed)).toBe(401);
+  });
+
+  it('an error frame from the agent fails the stream with its reason', async () => {
+    scriptedAgent = async (command) => {
+      const ws = await dial(command);
+      if (typeof ws === 'number') throw new Error(`refused: ${ws}`);
+      setTimeout(() => {
+        ws.send(encodeFrame(TUNNEL_CHANNEL.error, Buffer.from('connection to the container: ECONNRESET')));
+        ws.close(1011);
+      }, 10);
+      return {};
+    };
+    const stream = await service.openStream(workloadId, 80);
+    await expect(
+      new Promise((_resolve, reject) => {
+        stream.on('error', reject);
+        stream.resume();
+      }),
+    ).rejects.toThrow('tunnel: connection to the container: ECONNRESET');
+  });
+
+  it('an exec session: stdout, stderr, resize and signal frames, exit code', async () => {
+    let agentSide!: WebSocket;
+    const received: Buffer[] = [];
+    scriptedAgent = async (command) => {
+      expect(command.target).toEqual({
+        kind: 'exec',
+        command: ['sh'],
+        tty: true,
+        env: { A: '1' },
+        cols: 80,
+        rows: 24,
+        user: null,
+        workingDir: null,
+      });
+      const ws = await dial(command);
+      if (typeof ws === 'number') throw new Error(`refused: ${ws}`);
+      agentSide = ws;
+      ws.on('message', (data) => received.push(data as Buffer));
+      return {};
+    };
+    const session = await service.openExec(workloadId, {
+      command: ['sh'],
+      tty: true,
+      env: { A: '1' },
+      cols: 80,
+      rows: 24,
+    });
+    session.resize(100, 30);
+    session.signal('SIGINT');
+    expect(() => session.signal('NOPE')).toThrow(TypeError);
+    await expect.poll(() => received.length).toBe(2);
+    expect(decodeFrame(received[0]!)?.channel).toBe(TUNNEL_CHANNEL.resize);
+    expect(decodeFrame(received[1]!)).toEqual({
+      channel: TUNNEL_CHANNEL.signal,
+      payload: Buffer.from('INT'),
+    });
+    agentSide.send(encodeFrame(TUNNEL_CHANNEL.stdout, Buffer.from('out')));
+    agentSide.send(encodeFrame(TUNNEL_CHANNEL.stderr, Buffer.from('err')));
+    agentSide.send(encodeFrame(TUNNEL_CHANNEL.eof));
+    agentSide.send(encodeExit(130));
+    agentSide.close(1000);
+    const text = async (readable: NodeJS.ReadableStream) => {
+      let out = '';
+      for await (const chunk of readable) out += chunk.toString();
+      return out;
+    };
+    expect(await text(session.stdout)).toBe('out');
+    expect(await text(session.stderr)).toBe('err');
+    expect(await session.exit).toEqual({ code: 130 });
+  });
+
+  it('without a connected agent: HOST_NOT_CONNECTED from the real gateway; unknown workload: WORKLOAD_NOT_FOUND', async () => {
+    await expect(cp.context.fleet.tunnels.openStream(workloadId, 80)).rejects.toMatchObject({
+      code: 'HOST_NOT_CONNECTED',
+    });
+    await expect(cp.context.fleet.tunnels.openStream('wl_missing', 80)).rejects.toMatchObject({
+      code: 'WORKLOAD_NOT_FOUND',
+    });
+    await expect(cp.context.fleet.tunnels.openStream(workloadId, 0)).rejects.toMatchObject({
+      code: 'VALIDATION_ERROR',
+    });
+    await expect(
+      cp.context.fleet.tunnels.openExec(workloadId, { command: [], tty: false }),
+    ).rejects.toMatchObject({
+      code: 'VALIDATION_ERROR',
+      details: { field: 'command' },
+    });
+    await expect(
+      cp.context.fleet.tunnels.openExec(workloadId, {
+        command: ['sh'],
+        tty: false,
+        env: { 'BAD=NAME': 'x' },
+      }),
+    ).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
+  });
+});

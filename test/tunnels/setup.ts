@@ -1,0 +1,110 @@
+import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import type { WorkloadSpec } from '@anvil/shared/protocol';
+import type Dockerode from 'dockerode';
+import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import type { WorkloadView } from '../../control-plane/src/workloads/workloads.ts';
+import { type RunningAgent, startAgent } from '../agent/harness.ts';
+
+/** Polls `check` until it returns a value that is not false/null/undefined. */
+export async function until<T>(
+  what: string,
+  check: () => T | Promise<T>,
+  timeoutMs = 30_000,
+): Promise<Exclude<T, false | null | undefined>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown = null;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value !== false && value !== null && value !== undefined)
+        return value as Exclude<T, false | null | undefined>;
+      last = null;
+    } catch (error) {
+      last = error;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+export function sha256(data: Buffer): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+export async function readAll(stream: Readable): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/** The real control plane (createTestApp: the app and context `npm start` builds) listening on loopback. */
+export interface TunnelWorld {
+  cp: TestApp;
+  url: string;
+  agent: RunningAgent;
+  hostId: string;
+  /** The agent's saved host credential. */
+  credential: string;
+  close(): Promise<void>;
+}
+
+export async function startWorld(docker: Dockerode): Promise<TunnelWorld> {
+  const cp = await createTestApp({ env: { ANVIL_HEARTBEAT_SECONDS: '2', ANVIL_HOST_GRACE_SECONDS: '60' } });
+  const url = await cp.app.listen({ host: '127.0.0.1', port: 0 });
+  const { value } = await cp.context.fleet.joinTokens.create({ userId: cp.userId, keyId: null }, {});
+  const agent = await startAgent(docker, { controlPlaneUrl: url, joinToken: value });
+  const hostId = await until('registration', () => agent.agent.hostId);
+  await until('agent connected', () => cp.context.fleet.agents.isConnectedHere(hostId));
+  const saved = JSON.parse(await readFile(join(agent.stateDir, 'credential.json'), 'utf8')) as {
+    credential: string;
+  };
+  return {
+    cp,
+    url,
+    agent,
+    hostId,
+    credential: saved.credential,
+    async close() {
+      await agent.stop().catch(() => {});
+      await cp.close();
+    },
+  };
+}
+
+/** A running workload on the world's host, labelled for the test's cleanup. */
+export async function runWorkload(
+  world: TunnelWorld,
+  command: string[],
+  overrides: Partial<WorkloadSpec> = {},
+): Promise<WorkloadView> {
+  const workload = await world.cp.context.fleet.workloads.create({
+    hostId: world.hostId,
+    kind: 'cluster',
+    ownerAccountId: world.cp.accountId,
+    spec: {
+      image: 'anvil-test/busybox:latest',
+      command,
+      entrypoint: null,
+      env: {},
+      labels: { 'anvil.test': '1' },
+      gpus: [],
+      cpus: null,
+      memoryBytes: null,
+      shmBytes: null,
+      ports: [],
+      volume: null,
+      restartPolicy: { name: 'no', maxRetries: 0 },
+      stopGraceSeconds: 1,
+      ...overrides,
+    },
+  });
+  return until(`workload ${workload.id} running`, async () => {
+    const view = await world.cp.context.fleet.workloads.get(workload.id);
+    return view.phase === 'running' && view.actualStatus?.ipAddress ? view : null;
+  });
+}
