@@ -15,6 +15,7 @@ const config = loadConfig({
   ANVIL_DATA_DIR: dataDir,
   PORT: '0',
   ANVIL_PROXY_PORT: '0',
+  ANVIL_SSH_PORT: '0',
   ANVIL_HOST: '127.0.0.1',
   LOG_LEVEL: 'warn',
   ANVIL_BOOTSTRAP_API_KEY: generateApiKey('live'),

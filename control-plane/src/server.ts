@@ -46,11 +46,12 @@ export async function startServer(
   await context.start();
   const app = await buildApp({ context, logger });
   const url = await app.listen({ port: config.port, host: config.host });
-  logger.info({ url }, 'control plane listening');
   // The HTTPS port proxy (ANVIL_PROXY_PORT) lives and dies with the process, after the API is up.
   await context.proxy.start();
   // The SSH relay (ANVIL_SSH_PORT) likewise.
   await context.ssh.listen(config.sshPort, config.host);
+  // Said once everything listens (API, proxy, SSH relay): supervisors and tests take it as "ready".
+  logger.info({ url }, 'control plane listening');
   const localAgent: LocalAgent | null = config.localAgent
     ? await startLocalAgent({
         dataDir: config.dataDir,

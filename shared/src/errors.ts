@@ -77,6 +77,8 @@ export const ERROR_STATUS = {
   SSH_KEY_EXISTS: 409,
   USAGE_ALERT_NOT_FOUND: 404,
   PAYLOAD_TOO_LARGE: 413,
+  /** Not in the spec: a plain GET on a WebSocket-only endpoint (the web terminal). */
+  UPGRADE_REQUIRED: 426,
   UNSUPPORTED_MEDIA_TYPE: 415,
   RATE_LIMITED: 429,
   RATE_LIMIT_EXCEEDED: 429,

@@ -62,15 +62,18 @@ process.once('exit', () => {
 let counter = 0;
 
 export async function startDockerd(label: string): Promise<Dockerd> {
-  counter += 1;
+  // Taken before the first await: daemons started side by side must not share a number.
+  const n = ++counter;
   const dir = await mkdtemp(join(tmpdir(), `anvil-dockerd-${label}-`));
   const socket = join(dir, 'docker.sock');
   // Interface names are at most 15 characters; the subnet is picked from the pid and a counter.
-  const tag = `${process.pid % 10_000}${counter}`.slice(-6);
+  const tag = `${process.pid % 10_000}${n}`.slice(-6);
   const bridge = `anvfl${tag}`;
-  const octet = 100 + ((process.pid * 7 + counter * 13) % 150);
-  const second = 200 + (counter % 50);
+  const octet = 100 + ((process.pid * 7 + n * 13) % 150);
+  const second = 200 + (n % 50);
   const subnet = `10.${second}.${octet}`;
+  // A bridge of the same name left by a killed run (same pid, same counter) would make `ip link add` fail.
+  await run('ip', ['link', 'del', bridge]).catch(() => {});
   await run('ip', ['link', 'add', 'name', bridge, 'type', 'bridge']);
   await run('ip', ['addr', 'add', `${subnet}.1/24`, 'dev', bridge]);
   await run('ip', ['link', 'set', bridge, 'up']);

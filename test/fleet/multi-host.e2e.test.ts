@@ -85,10 +85,19 @@ describe.skipIf(!dockerOrFail('fleet multi-host tests', { extraDaemons: true }))
           expect(managed.map((c) => c.Labels['anvil.host'])).toEqual(placed.get(hostId)!.map(() => hostId));
           expect(await anvilContainers(other, hostId)).toEqual([]);
           expect(await anvilContainers(system, hostId)).toEqual([]);
-          // The control plane records the container ids the engine has.
-          for (const c of await anvilContainers(own, hostId)) {
-            expect((await cp.workload(c.workload)).actualStatus?.containerId).toBe(c.id);
-          }
+          // The control plane records the container ids the engine has (once the agent's report arrives).
+          const inEngine = await anvilContainers(own, hostId);
+          await waitFor(
+            'the control plane to record the running containers',
+            async () => {
+              for (const c of inEngine) {
+                const w = await cp.workload(c.workload);
+                if (w.actualStatus?.containerId !== c.id || w.phase !== 'running') return false;
+              }
+              return true;
+            },
+            60_000,
+          );
           const host = await cp.host(hostId);
           expect(host.workloads).toMatchObject({
             total: placed.get(hostId)!.length,

@@ -159,9 +159,13 @@ describe.skipIf(!dockerAvailable())('reconciler against the real Docker engine',
     a.reconciler.setDesired(1, specs);
     b.reconciler.setDesired(1, specs);
     await Promise.all([a.reconciler.idle(), b.reconciler.idle()]);
-    // The loser of each name race retries shortly and adopts the winner's container.
-    await new Promise((r) => setTimeout(r, 400));
-    await Promise.all([a.reconciler.idle(), b.reconciler.idle()]);
+    // The loser of each name race retries shortly and adopts the winner's container: poll until both report it.
+    const bothRunning = () =>
+      [a, b].every((x) => x.reconciler.report().workloads.every((w) => w.phase === 'running'));
+    for (const deadline = Date.now() + 30_000; !bothRunning() && Date.now() < deadline; ) {
+      await new Promise((r) => setTimeout(r, 100));
+      await Promise.all([a.reconciler.idle(), b.reconciler.idle()]);
+    }
     const list = await containersOf(hostId);
     expect(list.map((c) => c.Labels['anvil.workload']).sort()).toEqual([wid('race1'), wid('race2')]);
     expect(a.reconciler.report().workloads.map((w) => w.phase)).toEqual(['running', 'running']);

@@ -37,6 +37,7 @@ export function spawnControlPlane(env: Record<string, string>): ControlPlaneProc
       ANVIL_LOCAL_AGENT: '0',
       // The HTTPS port proxy on a free port, so parallel test processes do not fight over 8443.
       ANVIL_PROXY_PORT: '0',
+      ANVIL_SSH_PORT: '0',
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -164,7 +164,7 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
           ticket: Type.Optional(Type.String({ maxLength: 128 })),
           after: Type.Optional(Type.Integer({ minimum: 0 })),
         }),
-        response: wrappedErrors(426),
+        response: wrappedErrors(401, 426),
       },
     },
     async () => {
