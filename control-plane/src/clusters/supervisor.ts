@@ -198,12 +198,22 @@ export class ClusterSupervisor {
     const pending = await this.d.db.prisma.cluster.findMany({
       where: { status: 'pending', deletedAt: null },
       orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
-      select: { id: true },
+      select: { id: true, gpuType: true, gpuCount: true, region: true },
       take: 100,
     });
-    for (const { id } of pending) {
-      if (await this.d.service.placePending(id))
+    // Fairness: once an older cluster could not be placed, a younger one asking for as many GPUs of the same
+    // type in the same region waits behind it (a capacity freed mid-pass goes to the oldest); smaller
+    // requests may still fill the gaps.
+    const smallestUnplaced = new Map<string, number>();
+    for (const { id, gpuType, gpuCount, region } of pending) {
+      const key = `${gpuType}\u0000${region ?? ''}`;
+      const blocking = smallestUnplaced.get(key);
+      if (blocking !== undefined && gpuCount >= blocking) continue;
+      if (await this.d.service.placePending(id)) {
         this.d.logger().info({ clusterId: id }, 'pending cluster placed');
+      } else {
+        smallestUnplaced.set(key, Math.min(blocking ?? Number.POSITIVE_INFINITY, gpuCount));
+      }
     }
   }
 }
