@@ -1,25 +1,10 @@
 import { ApiError } from '@anvil/shared';
 import { GPU_TYPES, type GpuType, REGIONS } from '../scheduler/gpu-types.ts';
+import type { TemplateDefaults, TemplateResolver } from '../templates/resolve.ts';
 
-/** What a template contributes to a cluster (contract 2, written by the templates area). */
-export interface TemplateDefaultsLike {
-  templateId: string;
-  dockerImage: string;
-  env: Record<string, string>;
-  ports: { internal_port: number; protocol: 'tcp' | 'udp'; description: string }[];
-  startupScript: string | null;
-  defaults: {
-    gpu_type?: string;
-    gpu_count?: number;
-    cpu_cores?: number;
-    memory_gb?: number;
-    storage_gb?: number;
-  };
-}
-
-export interface TemplateResolverLike {
-  resolveForCluster(accountId: string, templateId: string): Promise<TemplateDefaultsLike>;
-}
+/** What a template contributes to a cluster: contract 2, defined once by the templates area. */
+export type TemplateDefaultsLike = TemplateDefaults;
+export type TemplateResolverLike = TemplateResolver;
 
 export interface PortRequest {
   internal_port: number;
