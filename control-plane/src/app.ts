@@ -19,10 +19,9 @@ import { terminalRoutes } from './api/terminal/routes.ts';
 import { usageRoutes } from './api/usage/routes.ts';
 import type { AppContext } from './context.ts';
 import { installActivityTracking } from './http/activity.ts';
-import { installAuthentication, installAuthorization } from './http/authorize.ts';
 import { installErrorHandling } from './http/error-handler.ts';
+import { installRequestGuard } from './http/guard.ts';
 import { installOpenApi } from './http/openapi.ts';
-import { installRateLimiting } from './http/rate-limit.ts';
 import { requestIdFor } from './http/request-id.ts';
 import { installRequestLog } from './http/request-log.ts';
 import { buildSerializer, buildValidator } from './http/validation.ts';
@@ -53,22 +52,17 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  app.addHook('onRequest', async (request, reply) => {
-    reply.header('x-request-id', request.id);
-  });
-
   // A POST without a body means "no options": validate it as {} so required fields are named in the error.
-  app.addHook('preValidation', async (request) => {
+  app.addHook('preValidation', (request, _reply, done) => {
     if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
+    done();
   });
 
   // Only JSON (and, where a route adds it, multipart) bodies are accepted: anything else is 415.
   app.removeContentTypeParser('text/plain');
   installErrorHandling(app);
-  // onRequest order: key (401), then rate limit (429, headers on everything after), then permissions (403).
-  installAuthentication(app, context.keys);
-  installRateLimiting(app, context.rateLimits);
-  installAuthorization(app);
+  // Key (401), then rate limit (429, headers on everything after), then permissions (403).
+  installRequestGuard(app, context.keys, context.rateLimits);
   installRequestLog(app, context.requestLog, context.clock);
   installActivityTracking(app, context.accounts.activity);
   installHttpMetrics(app, context.fleet.metrics);

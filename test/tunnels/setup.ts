@@ -6,6 +6,7 @@ import type { WorkloadSpec } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
 import type { WorkloadView } from '../../control-plane/src/workloads/workloads.ts';
+import { workloadSpec } from '../agent/fixtures.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 
 /** Polls `check` until it returns a value that is not false/null/undefined. */
@@ -76,6 +77,12 @@ export async function startWorld(docker: Dockerode): Promise<TunnelWorld> {
   };
 }
 
+/** A workload spec as the control plane takes it (the id is the control plane's to assign). */
+function workloadSpecWithoutId(overrides: Partial<WorkloadSpec>): Omit<WorkloadSpec, 'workloadId'> {
+  const { workloadId: _, ...spec } = workloadSpec('unassigned', overrides);
+  return spec;
+}
+
 /** A running workload on the world's host, labelled for the test's cleanup. */
 export async function runWorkload(
   world: TunnelWorld,
@@ -86,22 +93,7 @@ export async function runWorkload(
     hostId: world.hostId,
     kind: 'cluster',
     ownerAccountId: world.cp.accountId,
-    spec: {
-      image: 'anvil-test/busybox:latest',
-      command,
-      entrypoint: null,
-      env: {},
-      labels: { 'anvil.test': '1' },
-      gpus: [],
-      cpus: null,
-      memoryBytes: null,
-      shmBytes: null,
-      ports: [],
-      volume: null,
-      restartPolicy: { name: 'no', maxRetries: 0 },
-      stopGraceSeconds: 1,
-      ...overrides,
-    },
+    spec: workloadSpecWithoutId({ command, ...overrides }),
   });
   return until(`workload ${workload.id} running`, async () => {
     const view = await world.cp.context.fleet.workloads.get(workload.id);

@@ -34,11 +34,17 @@ export class ActivityTracker {
     private readonly clock: Clock,
   ) {}
 
+  /** Whether touch would write: false while the member's last write is recent (the common case). */
+  needsTouch(userId: string): boolean {
+    const now = this.clock.now().getTime();
+    const last = this.touched.get(userId);
+    return !(last !== undefined && now - last < TOUCH_INTERVAL_MS && now >= last);
+  }
+
   /** Notes an authenticated request; records a login when it starts a new session. */
   async touch(accountId: string, userId: string): Promise<void> {
+    if (!this.needsTouch(userId)) return;
     const now = this.clock.now();
-    const last = this.touched.get(userId);
-    if (last !== undefined && now.getTime() - last < TOUCH_INTERVAL_MS && now.getTime() >= last) return;
     this.touched.set(userId, now.getTime());
     if (this.touched.size > 100_000) this.touched.clear();
     const rows = await this.db.sql.query<{ prev: Date | string | null }>(

@@ -35,6 +35,16 @@ function unauthorized(message: string, reason: string): ApiError {
   return new ApiError('UNAUTHORIZED', message, { reason });
 }
 
+/** The key in an Authorization header, checked for shape and checksum (no database involved). */
+function keyValue(authorization: string | undefined): string {
+  if (!authorization) {
+    throw unauthorized('missing API key: send "Authorization: Bearer <API_KEY>"', 'missing');
+  }
+  const value = authorization.startsWith('Bearer ') ? authorization.slice(7).trim() : authorization.trim();
+  if (!isWellFormedApiKey(value)) throw unauthorized('malformed API key', 'malformed');
+  return value;
+}
+
 /**
  * Turns an Authorization header into a Principal. Malformed keys are refused by their checksum without
  * touching the database; valid keys are cached briefly, and every revocation, rotation or suspension is
@@ -42,7 +52,8 @@ function unauthorized(message: string, reason: string): ApiError {
  */
 export class KeyResolver {
   private readonly cache = new Map<string, CachedKey>();
-  private readonly lastUsed = new Map<string, Date>();
+  /** Key id → Unix ms of its latest use, written back in batches. */
+  private readonly lastUsed = new Map<string, number>();
   private readonly ttl: number;
   private flushTimer: NodeJS.Timeout | null = null;
   private unlisten: (() => Promise<void>) | null = null;
@@ -72,23 +83,32 @@ export class KeyResolver {
   }
 
   async resolve(authorization: string | undefined): Promise<Principal> {
-    if (!authorization) {
-      throw unauthorized('missing API key: send "Authorization: Bearer <API_KEY>"', 'missing');
-    }
-    const value = authorization.startsWith('Bearer ') ? authorization.slice(7).trim() : authorization.trim();
-    if (!isWellFormedApiKey(value)) throw unauthorized('malformed API key', 'malformed');
-
-    const hash = hashApiKey(value);
+    const cached = this.resolveCached(authorization);
+    if (cached) return cached;
+    const hash = hashApiKey(keyValue(authorization));
     const nowMs = this.options.clock.now().getTime();
-    let entry = this.cache.get(hash);
-    if (!entry || nowMs - entry.fetchedAt > this.ttl) {
-      const loaded = await this.load(hash, nowMs);
-      if (!loaded) throw unauthorized('invalid API key', 'unknown');
-      this.cache.set(hash, loaded);
-      entry = loaded;
-    }
+    const loaded = await this.load(hash, nowMs);
+    if (!loaded) throw unauthorized('invalid API key', 'unknown');
+    this.cache.set(hash, loaded);
+    return this.admit(loaded, nowMs);
+  }
+
+  /**
+   * The synchronous half of resolve: the principal when the key is cached and fresh, undefined when the
+   * database must be asked. Throws like resolve for missing, malformed and refused keys. The request hook
+   * uses it so a cached key costs no promise on the hot path.
+   */
+  resolveCached(authorization: string | undefined): Principal | undefined {
+    const hash = hashApiKey(keyValue(authorization));
+    const nowMs = this.options.clock.now().getTime();
+    const entry = this.cache.get(hash);
+    if (!entry || nowMs - entry.fetchedAt > this.ttl) return undefined;
+    return this.admit(entry, nowMs);
+  }
+
+  private admit(entry: CachedKey, nowMs: number): Principal {
     this.check(entry, nowMs);
-    this.lastUsed.set(entry.principal.keyId, new Date(nowMs));
+    this.lastUsed.set(entry.principal.keyId, nowMs);
     return entry.principal;
   }
 
@@ -137,7 +157,7 @@ export class KeyResolver {
     await this.options.db.sql.query(
       `UPDATE api_keys AS k SET last_used_at = GREATEST(COALESCE(k.last_used_at, v.at), v.at)
        FROM (SELECT unnest($1::text[]) AS id, unnest($2::timestamptz[]) AS at) AS v WHERE k.id = v.id`,
-      [pending.map(([id]) => id), pending.map(([, at]) => at.toISOString())],
+      [pending.map(([id]) => id), pending.map(([, at]) => new Date(at).toISOString())],
     );
   }
 }

@@ -7,13 +7,16 @@ import type { ActivityTracker } from '../accounts/activity.ts';
  * turned into a failed request.
  */
 export function installActivityTracking(app: FastifyInstance, activity: ActivityTracker): void {
-  app.addHook('preHandler', async (request) => {
+  // A callback hook: most requests find the member's activity fresh and need no promise.
+  app.addHook('preHandler', (request, _reply, done) => {
     const principal = request.principal;
-    if (!principal) return;
-    try {
-      await activity.touch(principal.accountId, principal.userId);
-    } catch (error) {
-      request.log.warn({ err: error }, 'recording member activity failed');
+    if (!principal || !activity.needsTouch(principal.userId)) {
+      done();
+      return;
     }
+    activity
+      .touch(principal.accountId, principal.userId)
+      .catch((error) => request.log.warn({ err: error }, 'recording member activity failed'))
+      .finally(() => done());
   });
 }

@@ -1,6 +1,5 @@
 import { ApiError, type KeyScope, permissionForMethod } from '@anvil/shared';
 import type { FastifyInstance } from 'fastify';
-import type { KeyResolver } from '../auth/key-resolver.ts';
 import type { Principal } from '../auth/principal.ts';
 
 declare module 'fastify' {
@@ -55,31 +54,13 @@ export function authorize(
   }
 }
 
-/**
- * Resolves the API key of every non-public route into `request.principal` (401 when it cannot). Hooks
- * registered between this and installAuthorization (rate limiting) see the principal before permissions
- * are checked, so a 403 is still an authenticated response.
- */
-export function installAuthentication(app: FastifyInstance, keys: KeyResolver): void {
+/** Every authenticated route must say which scope it needs: forgetting is a start-up error. */
+export function requireRouteScopes(app: FastifyInstance): void {
   app.decorateRequest('principal', null);
   app.addHook('onRoute', (route) => {
     const config = (route.config ?? {}) as { public?: boolean; scope?: KeyScope | null };
     if (!config.public && config.scope === undefined && !route.url.startsWith('/docs')) {
       throw new Error(`route ${route.method} ${route.url} declares neither public nor scope`);
     }
-  });
-  app.addHook('onRequest', async (request) => {
-    const config = request.routeOptions.config;
-    if (config.public || config.scope === undefined) return;
-    request.principal = await keys.resolve(request.headers.authorization);
-  });
-}
-
-/** Checks the resolved key against the route's permission, scope and service marking (403). */
-export function installAuthorization(app: FastifyInstance): void {
-  app.addHook('onRequest', async (request) => {
-    const config = request.routeOptions.config;
-    if (!request.principal || config.scope === undefined) return;
-    authorize(request.principal, request.method, config.scope, config.service === true);
   });
 }

@@ -1,5 +1,6 @@
 import { ApiError } from '@anvil/shared';
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Principal } from '../auth/principal.ts';
 import type { RateLimitOutcome, RateLimitService } from '../ratelimit/service.ts';
 
 /** Text for the OpenAPI description: what the limits are and how they behave. */
@@ -74,30 +75,24 @@ export function rateLimitError(outcome: RateLimitOutcome): ApiError {
 }
 
 /**
- * Counts every authenticated request against the account's limits. Runs as an onRequest hook after the
- * key is resolved (authorize.ts) and before permissions are checked, so 403s count and carry the headers.
+ * Counts one authenticated request against the account's limits and sets the headers. Returns the refusal
+ * (429) or null; a promise only when a counter must be synced with the database first.
  */
-export function installRateLimiting(app: FastifyInstance, limits: RateLimitService): void {
-  limits.useLogger(app.log);
-  // A callback hook: the decision is usually synchronous, so the request path makes no promise for it.
-  app.addHook('onRequest', (request, reply, done) => {
-    const principal = request.principal;
-    if (!principal) {
-      done();
-      return;
-    }
-    const finish = (outcome: RateLimitOutcome) => {
-      setHeaders(reply, outcome);
-      if (outcome.allowed) done();
-      else done(rateLimitError(outcome));
-    };
-    const outcome = limits.admit(
-      principal,
-      request.method,
-      request.routeOptions.url ?? request.url,
-      isHighPriority(request.headers['x-priority']),
-    );
-    if (outcome instanceof Promise) outcome.then(finish, done);
-    else finish(outcome);
-  });
+export function admitRequest(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  principal: Principal,
+  limits: RateLimitService,
+): ApiError | null | Promise<ApiError | null> {
+  const finish = (outcome: RateLimitOutcome): ApiError | null => {
+    setHeaders(reply, outcome);
+    return outcome.allowed ? null : rateLimitError(outcome);
+  };
+  const outcome = limits.admit(
+    principal,
+    request.method,
+    request.routeOptions.url ?? request.url,
+    isHighPriority(request.headers['x-priority']),
+  );
+  return outcome instanceof Promise ? outcome.then(finish) : finish(outcome);
 }

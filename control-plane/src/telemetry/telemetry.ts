@@ -192,6 +192,28 @@ function json<T>(value: T | string): T {
   return typeof value === 'string' ? (JSON.parse(value) as T) : value;
 }
 
+/** Samples or rollups of one host and kind, optionally one series, in [from, to). */
+export interface SeriesQuery {
+  hostId: string;
+  kind: MetricKind;
+  series?: string | undefined;
+  from: Date;
+  to: Date;
+  limit?: number | undefined;
+}
+
+/** Parameters $1..$6 of the series queries, in the order their SQL names them. */
+function seriesQueryParams(query: SeriesQuery): unknown[] {
+  return [
+    query.hostId,
+    query.kind,
+    query.series ?? null,
+    query.from.toISOString(),
+    query.to.toISOString(),
+    query.limit ?? 10_000,
+  ];
+}
+
 /**
  * Metric and log storage: batched ingestion from agent connections, queries, one-minute rollups and
  * retention. Rollups and retention run on every replica but only one at a time (an advisory lock).
@@ -313,26 +335,12 @@ export class TelemetryService {
 
   // ---- queries
 
-  async queryMetrics(query: {
-    hostId: string;
-    kind: MetricKind;
-    series?: string | undefined;
-    from: Date;
-    to: Date;
-    limit?: number | undefined;
-  }): Promise<MetricPoint[]> {
+  async queryMetrics(query: SeriesQuery): Promise<MetricPoint[]> {
     const rows = await this.db.sql.query<{ series: string; at: Date | string; data: unknown; info: unknown }>(
       `SELECT series, at, data, info FROM metric_samples
        WHERE host_id = $1 AND kind = $2 AND ($3::text IS NULL OR series = $3) AND at >= $4 AND at < $5
        ORDER BY at, series LIMIT $6`,
-      [
-        query.hostId,
-        query.kind,
-        query.series ?? null,
-        query.from.toISOString(),
-        query.to.toISOString(),
-        query.limit ?? 10_000,
-      ],
+      seriesQueryParams(query),
     );
     return rows.map((r) => ({
       series: r.series,
@@ -342,14 +350,7 @@ export class TelemetryService {
     }));
   }
 
-  async queryRollups(query: {
-    hostId: string;
-    kind: MetricKind;
-    series?: string | undefined;
-    from: Date;
-    to: Date;
-    limit?: number | undefined;
-  }): Promise<RollupPoint[]> {
+  async queryRollups(query: SeriesQuery): Promise<RollupPoint[]> {
     const rows = await this.db.sql.query<{
       series: string;
       bucket: Date | string;
@@ -359,14 +360,7 @@ export class TelemetryService {
       `SELECT series, bucket, samples, data FROM metric_rollups
        WHERE host_id = $1 AND kind = $2 AND ($3::text IS NULL OR series = $3) AND bucket >= $4 AND bucket < $5
        ORDER BY bucket, series LIMIT $6`,
-      [
-        query.hostId,
-        query.kind,
-        query.series ?? null,
-        query.from.toISOString(),
-        query.to.toISOString(),
-        query.limit ?? 10_000,
-      ],
+      seriesQueryParams(query),
     );
     return rows.map((r) => ({
       series: r.series,

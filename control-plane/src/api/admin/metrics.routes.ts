@@ -39,11 +39,12 @@ export const metricsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> =
 
 /** Counts every answered request by method, route pattern (not the raw URL) and status. */
 export function installHttpMetrics(app: FastifyInstance, metrics: ControlPlaneMetrics): void {
-  app.addHook('onResponse', async (request, reply) => {
+  app.addHook('onResponse', (request, reply, done) => {
     metrics.httpRequests.inc({
       method: request.method,
       route: request.routeOptions.url ?? 'unmatched',
       status: String(reply.statusCode),
     });
+    done();
   });
 }

@@ -1,0 +1,68 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { KeyResolver } from '../auth/key-resolver.ts';
+import type { Principal } from '../auth/principal.ts';
+import type { RateLimitService } from '../ratelimit/service.ts';
+import { authorize, requireRouteScopes } from './authorize.ts';
+import { admitRequest } from './rate-limit.ts';
+
+type Done = (error?: Error) => void;
+
+/**
+ * The gate in front of every route, as one onRequest hook: request id header, then the API key (401),
+ * then the rate limit (429; its headers go on everything after, 403s included), then permissions and
+ * scope (403). One callback hook rather than four async ones because this runs on every request: with a
+ * cached key and a counter that needs no sync, the whole gate is synchronous and allocates no promise.
+ */
+export function installRequestGuard(app: FastifyInstance, keys: KeyResolver, limits: RateLimitService): void {
+  requireRouteScopes(app);
+  limits.useLogger(app.log);
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.header('x-request-id', request.id);
+    const config = request.routeOptions.config;
+    if (config.public || config.scope === undefined) {
+      done();
+      return;
+    }
+    let cached: Principal | undefined;
+    try {
+      cached = keys.resolveCached(request.headers.authorization);
+    } catch (error) {
+      done(error as Error);
+      return;
+    }
+    if (cached) {
+      admitAndAuthorize(request, reply, cached, limits, done);
+      return;
+    }
+    keys
+      .resolve(request.headers.authorization)
+      .then((principal) => admitAndAuthorize(request, reply, principal, limits, done), done);
+  });
+}
+
+function admitAndAuthorize(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  principal: Principal,
+  limits: RateLimitService,
+  done: Done,
+): void {
+  request.principal = principal;
+  const finish = (refusal: Error | null) => {
+    if (refusal) {
+      done(refusal);
+      return;
+    }
+    const config = request.routeOptions.config;
+    try {
+      authorize(principal, request.method, config.scope ?? null, config.service === true);
+    } catch (error) {
+      done(error as Error);
+      return;
+    }
+    done();
+  };
+  const admitted = admitRequest(request, reply, principal, limits);
+  if (admitted instanceof Promise) admitted.then(finish, done);
+  else finish(admitted);
+}
