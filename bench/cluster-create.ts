@@ -1,16 +1,23 @@
 // Two cluster figures, printed, never asserted on:
 // 1. Time from POST /v1/clusters to `running` (a real agent with simulated 2xH100 running a real busybox
 //    container in Docker) against a bare `docker run -d` of the same image and command, alternating, in
-//    the same run: the ratio of medians is the control plane's overhead factor.
+//    the same run: the ratio of medians is the control plane's overhead factor. The agent is its own
+//    process, as `npm start` and `npm run agent` run it (BENCH_CLUSTER_AGENT=in-process runs it inside the
+//    bench, sharing the control plane's event loop, as the end-to-end tests do). Both sides are polled
+//    alike: a first check as soon as the call returns (POST / docker start), then one every
+//    BENCH_POLL_MS (20), so a status poll does not eat the CPU of what it measures.
 // 2. Scheduler placements per second committed to PostgreSQL with 5,000 simulated hosts (8 H100 each,
 //    rows inserted directly): pending clusters placed by the real Allocator (row locks, best fit) from
 //    CONCURRENCY workers; afterwards every GPU is checked to be held at most once.
 // Run: `npm run bench` (all benches) or `node --import tsx bench/cluster-create.ts`.
 // Needs Docker (part 1) and ANVIL_TEST_POSTGRES_URL (part 2); a part without its dependency is skipped.
+// BENCH_CLUSTER_PARTS=create (or =placement) runs one part only; unset or `all` runs both.
 import { loadavg } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { systemClock } from '../control-plane/src/auth/clock.ts';
+import { type Database, openPostgres } from '../control-plane/src/db/index.ts';
 import { Allocator } from '../control-plane/src/scheduler/allocator.ts';
+import { driftedHosts } from '../control-plane/src/scheduler/capacity.ts';
 import { insertSimulatedHosts } from '../control-plane/src/scheduler/simulated-hosts.ts';
 import { call } from '../control-plane/src/testing/accounts.ts';
 import { createTestApp } from '../control-plane/src/testing/app.ts';
@@ -18,11 +25,14 @@ import { createTestDatabase } from '../control-plane/src/testing/database.ts';
 import { startAgent } from '../test/agent/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../test/fixtures/images/busybox.ts';
 import { dockerAvailable, testDocker } from '../test/fixtures/images/docker.ts';
+import { spawnAgent } from '../test/fleet/agent-process.ts';
 
 const ROUNDS = Number(process.env['BENCH_CLUSTER_ROUNDS'] ?? 5);
+const POLL_MS = Number(process.env['BENCH_POLL_MS'] ?? 20);
+const IN_PROCESS_AGENT = process.env['BENCH_CLUSTER_AGENT'] === 'in-process';
 const HOSTS = 5_000;
 const PLACEMENTS = Number(process.env['BENCH_PLACEMENTS'] ?? 2_000);
-const CONCURRENCY = 8;
+const CONCURRENCY = Number(process.env['BENCH_PLACEMENT_WORKERS'] ?? 8);
 
 /** Figures go to stdout (benchmarks print, never assert). */
 function print(line: string): void {
@@ -63,11 +73,11 @@ export async function runCreateToRunning(rounds = ROUNDS): Promise<ClusterCreate
   const port = typeof address === 'object' && address ? address.port : 0;
   const token = (await call(t, { method: 'POST', url: '/v2/admin/hosts/join-tokens', payload: {} })).json()
     .value;
-  const agent = await startAgent(docker, {
-    controlPlaneUrl: `http://127.0.0.1:${port}`,
-    joinToken: token,
-    handshakeTimeoutMs: 60_000,
-  });
+  const controlPlaneUrl = `http://127.0.0.1:${port}`;
+  const agent = IN_PROCESS_AGENT
+    ? await startAgent(docker, { controlPlaneUrl, joinToken: token, handshakeTimeoutMs: 60_000 })
+    : await spawnAgent({ controlPlaneUrl, joinToken: token, env: { ANVIL_LOG_LEVEL: 'warn' } });
+  const stopAgent = () => ('stop' in agent ? agent.stop() : agent.kill().then(() => {}));
   const hostId = await until(
     async () =>
       (await t.context.db.prisma.host.findFirst({ where: { state: 'ready', gpuCount: 2 } }))?.id ?? null,
@@ -100,6 +110,7 @@ export async function runCreateToRunning(rounds = ROUNDS): Promise<ClusterCreate
         async () =>
           (await call(t, { url: `/v1/clusters/${id}` })).json().data.status === 'running' ? true : null,
         120_000,
+        POLL_MS,
       );
       cluster.push(performance.now() - started);
       await call(t, {
@@ -116,12 +127,12 @@ export async function runCreateToRunning(rounds = ROUNDS): Promise<ClusterCreate
         Labels: { 'anvil.test': '1' },
       });
       await container.start();
-      await until(async () => ((await container.inspect()).State.Running ? true : null), 60_000);
+      await until(async () => ((await container.inspect()).State.Running ? true : null), 60_000, POLL_MS);
       bare.push(performance.now() - bareStarted);
       await container.remove({ force: true });
     }
   } finally {
-    await agent.stop().catch(() => {});
+    await stopAgent().catch(() => {});
     await t.close();
     const left = await docker.listContainers({ all: true, filters: { label: [`anvil.host=${hostId}`] } });
     await Promise.all(
@@ -137,7 +148,8 @@ export async function runCreateToRunning(rounds = ROUNDS): Promise<ClusterCreate
   print(
     `cluster create → running: median ${median(cluster).toFixed(0)} ms (${cluster.map((v) => v.toFixed(0)).join(', ')}); ` +
       `bare docker run: median ${median(bare).toFixed(0)} ms (${bare.map((v) => v.toFixed(0)).join(', ')}); ` +
-      `ratio ${ratio.toFixed(2)} (target <= 1.5); load average ${loadavg()[0]!.toFixed(1)}`,
+      `ratio ${ratio.toFixed(2)} (target <= 1.5); agent ${IN_PROCESS_AGENT ? 'in-process' : 'process'}, poll ${POLL_MS} ms; ` +
+      `load average ${loadavg()[0]!.toFixed(1)}`,
   );
   return { createToRunningMs: cluster, dockerRunMs: bare, ratio };
 }
@@ -149,8 +161,10 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
   }
   process.env['ANVIL_TEST_DB'] = 'postgres';
   const database = await createTestDatabase();
+  // A connection per worker, as a control plane's pool gives concurrent requests: commits then share
+  // WAL flushes (group commit) instead of queueing for the test helper's five connections.
+  const db = openPostgres(database.url!, CONCURRENCY);
   try {
-    const { db } = database;
     await insertSimulatedHosts(db, { prefix: 'bench', count: HOSTS, gpusPerHost: 8, region: 'us-east-1' });
     const allocator = new Allocator(db, systemClock);
     await allocator.sync();
@@ -162,6 +176,9 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
          FROM unnest($1::text[]) AS id`,
       [ids],
     );
+    // The clusters were bulk-inserted a moment ago; a live database has had autovacuum's statistics on
+    // them, without which the planner may read a cluster by its status index instead of its id.
+    await db.sql.query('ANALYZE clusters');
     const request = {
       gpuType: 'H100' as const,
       gpuCount: 1,
@@ -172,37 +189,72 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
       hostId: null,
     };
     let next = 0;
-    let placed = 0;
+    const outcomes = new Map<string, number>();
     const started = performance.now();
     await Promise.all(
       Array.from({ length: CONCURRENCY }, async () => {
         while (next < ids.length) {
           const id = ids[next++]!;
           const outcome = await allocator.allocate(id, request);
-          if (outcome.kind === 'placed') placed += 1;
+          outcomes.set(outcome.kind, (outcomes.get(outcome.kind) ?? 0) + 1);
         }
       }),
     );
     const seconds = (performance.now() - started) / 1000;
+    const placed = outcomes.get('placed') ?? 0;
     const duplicates = await db.sql.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM (SELECT host_id, i FROM clusters, unnest(gpu_indices) AS i
         WHERE cardinality(gpu_indices) > 0 GROUP BY host_id, i HAVING count(*) > 1) AS d`,
     );
+    const drifted = await driftedHosts(db);
     const perSecond = placed / seconds;
+    const others = [...outcomes].filter(([kind]) => kind !== 'placed').map(([kind, n]) => `${kind} ${n}`);
+    const ceiling = await commitsPerSecond(db, placements);
     print(
       `scheduler: ${placed}/${placements} placements committed to PostgreSQL in ${seconds.toFixed(2)} s with ${HOSTS} hosts ` +
-        `(${CONCURRENCY} workers): ${perSecond.toFixed(0)} placements/s (target >= 1000); GPUs held twice: ${duplicates[0]?.n}; ` +
+        `(${CONCURRENCY} workers${others.length > 0 ? `; not placed: ${others.join(', ')}` : ''}): ` +
+        `${perSecond.toFixed(0)} placements/s (target >= 1000); GPUs held twice: ${duplicates[0]?.n}; ` +
+        `hosts whose capacity rows disagree with the allocations: ${drifted.length}; ` +
+        `same run, one-row UPDATE transactions: ${ceiling.toFixed(0)}/s (ratio ${(perSecond / ceiling).toFixed(2)}); ` +
         `load average ${loadavg()[0]!.toFixed(1)}`,
     );
     return { perSecond };
   } finally {
+    await db.close();
     await database.drop();
   }
 }
 
+/**
+ * What this machine commits at all, measured right after the placements: the same workers each committing
+ * one-row UPDATEs. A placement cannot beat it by much, so the ratio says how far the scheduler is from the
+ * machine's own limit when the absolute figure is depressed by other load.
+ */
+async function commitsPerSecond(db: Database, transactions: number): Promise<number> {
+  await db.sql.query('CREATE TABLE bench_commit_probe (id int PRIMARY KEY, n int NOT NULL)');
+  await db.sql.query('INSERT INTO bench_commit_probe SELECT g, 0 FROM generate_series(0, 999) AS g');
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < transactions) {
+        const id = next++ % 1000;
+        await db.sql.query(
+          'UPDATE bench_commit_probe SET n = n + 1 WHERE id = $1',
+          [id],
+          'bench_commit_probe',
+        );
+      }
+    }),
+  );
+  return transactions / ((performance.now() - started) / 1000);
+}
+
 export async function runClusterCreateBench(): Promise<void> {
-  await runCreateToRunning();
-  await runPlacementBench();
+  const parts = (process.env['BENCH_CLUSTER_PARTS'] ?? 'all').split(',').map((p) => p.trim());
+  const wants = (part: string) => parts.includes('all') || parts.includes(part);
+  if (wants('create')) await runCreateToRunning();
+  if (wants('placement')) await runPlacementBench();
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -5,7 +5,8 @@
 #
 # Run it from an Anvil checkout (or an unpacked release): the agent's sources are copied from there
 # (--source), its npm dependencies installed from the npm registry, Docker from the distribution's
-# packages. See installer/README.md for every option and what each step does.
+# packages, and the agent is built into one JavaScript file that systemd runs with plain node. See
+# installer/README.md for every option and what each step does.
 set -euo pipefail
 
 PROG=anvil-install
@@ -41,7 +42,8 @@ Usage: install.sh --control-plane <url> [--join-token <token>] [options]
   --simulate-gpus <spec>  declare GPUs on a machine without NVIDIA GPUs (development only), e.g. 2xH100
   --no-start              write everything but do not enable or start the service
   --skip-packages         do not install Debian packages (Docker, Node.js) with apt-get
-  --skip-npm              do not install npm dependencies (the prefix must already have them)
+  --skip-npm              do not install npm dependencies (the prefix must already have them: the
+                          agent is built with them)
   --root <dir>            stage into <dir> instead of / (packaging and tests); implies --no-start
                           and --skip-packages
   -h, --help              this text
@@ -143,6 +145,7 @@ for part in shared agent; do
   mkdir -p "$(R "$PREFIX")/$part.new"
   cp "$SOURCE/$part/package.json" "$(R "$PREFIX")/$part.new/"
   cp -R "$SOURCE/$part/src" "$(R "$PREFIX")/$part.new/"
+  [ ! -d "$SOURCE/$part/scripts" ] || cp -R "$SOURCE/$part/scripts" "$(R "$PREFIX")/$part.new/"
   # Tests and test data are not needed on a server.
   find "$(R "$PREFIX")/$part.new/src" \( -name '*.test.ts' -o -name testdata \) -prune -exec rm -rf {} +
   rm -rf "$(R "$PREFIX")/$part"
@@ -163,6 +166,12 @@ if [ "$SKIP_NPM" -eq 0 ]; then
   (cd "$(R "$PREFIX")" && npm install --omit=dev --no-audit --no-fund --loglevel=error >/dev/null) \
     || die "npm install failed in $(R "$PREFIX")"
 fi
+
+# ---- build: one plain JavaScript file, so the service runs without the TypeScript loader (tsx), whose
+# loader thread would cost it about 30 MB of memory for as long as it runs
+say "building the agent"
+(cd "$(R "$PREFIX")" && "$NODE_BIN" --import tsx agent/scripts/build.ts >/dev/null) \
+  || die "building the agent failed in $(R "$PREFIX") (its npm dependencies must be installed there)"
 
 # ---- configuration: secrets in an environment file only root reads
 mkdir -p "$(R "$CONFIG_DIR")" "$(R "$STATE_DIR")"
@@ -195,7 +204,7 @@ Requires=docker.service
 Type=simple
 EnvironmentFile=$CONFIG_DIR/agent.env
 WorkingDirectory=$PREFIX
-ExecStart=$NODE_BIN --import tsx $PREFIX/agent/src/main.ts
+ExecStart=$NODE_BIN $PREFIX/agent/dist/main.js
 # Exit 1: refused by the control plane (bad or used-up join token, revoked credential); exit 2: bad
 # configuration. Restarting cannot fix either, so systemd stops instead of looping.
 Restart=on-failure

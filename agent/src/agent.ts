@@ -248,6 +248,20 @@ export function createAgent(options: AgentOptions): Agent {
         );
         return { ...image, repository: command.repository, tag: command.tag, containerId: container.id };
       }
+      case 'remove_snapshots': {
+        if (!options.runtime.removeSnapshots) throw new Error('this container runtime cannot remove images');
+        const outcome = await options.runtime.removeSnapshots(command);
+        logger.info(
+          {
+            workloadId: command.workloadId,
+            removed: outcome.removed.length,
+            failed: outcome.failed.length,
+            kept: outcome.kept.length,
+          },
+          'workload snapshots removed',
+        );
+        return outcome;
+      }
       case 'remove_volume': {
         // The id matched the protocol's WorkloadId pattern (no slashes, no leading dot), so this stays under volumeRoot.
         const dir = volumeDir(options.volumeRoot, command.workloadId);

@@ -1,9 +1,12 @@
 // The real control plane (startServer, embedded PGlite, LOG_LEVEL=warn) with its HTTPS port proxy, a
-// running cluster whose container (busybox httpd, files of 1 KiB and 1 MiB) is reached through the
-// proxy with the owner's key. Prints BENCH_READY {proxy, direct, key, host} once it serves; answers
-// 'cpu' over IPC with its CPU usage; removes the container on SIGTERM.
-// Tunnels: the agents' TunnelService when BENCH_PROXY_TUNNELS=agent is wired; by default the named
-// test double DockerBridgeTunnels (net.connect to the container on the Docker bridge).
+// running cluster whose container (bench/fixtures/static-http: a keep-alive epoll server in C serving
+// /small.bin, 1 KiB, and /large.bin, 1 MiB, from memory, so the backend is not what limits either path)
+// is reached through the proxy with the owner's key. Prints BENCH_READY {proxy, direct, key, host, tunnels}
+// once it serves; answers 'cpu' over IPC with its CPU usage; removes the container on SIGTERM.
+// Tunnels (ANVIL_BENCH_PROXY_TUNNELS): `bridge` (default) is the named test double DockerBridgeTunnels
+// (net.connect to the container on the Docker bridge), which measures the proxy alone; `agent` is the
+// production path: a real agent in its own process runs the container as the cluster's workload and
+// carries each tunnel (WebSocket to the control plane, TCP to the container).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,9 +14,11 @@ import { Writable } from 'node:stream';
 import { createLogger, loadConfig, startServer } from '@anvil/control-plane';
 import { generateApiKey, newId } from '@anvil/shared';
 import Dockerode from 'dockerode';
-import { ensureBusyboxImage } from '../../test/fixtures/images/busybox.ts';
+import { type AgentProcess, spawnAgent } from '../../test/fleet/agent-process.ts';
 import { DockerBridgeTunnels } from '../../test/proxy/docker-bridge-tunnels.ts';
+import { ensureStaticHttpImage, STATIC_HTTP_PORT } from '../fixtures/static-http/image.ts';
 
+const tunnels = process.env['ANVIL_BENCH_PROXY_TUNNELS'] === 'agent' ? 'agent' : 'bridge';
 const dataDir = mkdtempSync(join(tmpdir(), 'anvil-bench-proxy-'));
 const key = generateApiKey('live');
 const config = loadConfig({
@@ -32,11 +37,31 @@ const server = await startServer(
   new Writable({ write: (_c, _e, done) => done() }),
 );
 const docker = new Dockerode();
-server.context.proxy.useTunnels(new DockerBridgeTunnels(docker));
+if (tunnels === 'bridge') server.context.proxy.useTunnels(new DockerBridgeTunnels(docker));
 
+async function until<T>(what: string, check: () => Promise<T | null | undefined | false>): Promise<T> {
+  const deadline = Date.now() + 300_000;
+  for (;;) {
+    const value = await check().catch(() => null);
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+const image = await ensureStaticHttpImage(docker);
 const prisma = server.context.db.prisma;
 const owner = await prisma.user.findFirstOrThrow({ where: { role: 'owner' } });
 const clusterId = newId('cluster');
+let agent: AgentProcess | null = null;
+let hostId: string | null = null;
+if (tunnels === 'agent') {
+  const { value } = await server.context.fleet.joinTokens.create({ userId: owner.id, keyId: null }, {});
+  agent = await spawnAgent({ controlPlaneUrl: server.url, joinToken: value });
+  const registered = await agent.hostId();
+  hostId = registered;
+  await until('the agent to connect', async () => server.context.fleet.agents.isConnectedHere(registered));
+}
 await prisma.cluster.create({
   data: {
     id: clusterId,
@@ -49,39 +74,68 @@ await prisma.cluster.create({
     cpuCores: 1,
     memoryGb: 1,
     storageGb: 1,
-    dockerImage: 'anvil-test/busybox:latest',
+    dockerImage: image,
     command: [],
-    ports: [{ internal_port: 8080, protocol: 'tcp', description: 'httpd' }],
+    ports: [{ internal_port: STATIC_HTTP_PORT, protocol: 'tcp', description: 'static-http' }],
     gpuIndices: [],
+    hostId,
   },
 });
-await ensureBusyboxImage(docker);
-const container = await docker.createContainer({
-  Image: 'anvil-test/busybox:latest',
-  Labels: { 'anvil.bench': '1', 'anvil.workload': clusterId },
-  Cmd: [
-    'sh',
-    '-c',
-    'mkdir -p /www && head -c 1024 /dev/urandom > /www/small.bin && head -c 1048576 /dev/urandom > /www/large.bin && exec httpd -f -p 8080 -h /www',
-  ],
-});
-await container.start();
-const ip = (await container.inspect()).NetworkSettings.IPAddress;
-const direct = `http://${ip}:8080`;
-// Wait until httpd answers.
-for (let i = 0; i < 100; i++) {
-  try {
-    if ((await fetch(`${direct}/small.bin`)).ok) break;
-  } catch {
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+let ip: string;
+if (hostId) {
+  await server.context.fleet.workloads.create({
+    id: clusterId,
+    hostId,
+    kind: 'cluster',
+    ownerAccountId: owner.accountId,
+    spec: {
+      image,
+      command: null,
+      entrypoint: null,
+      env: {},
+      labels: { 'anvil.bench': '1' },
+      gpus: [],
+      cpus: null,
+      memoryBytes: null,
+      shmBytes: null,
+      ports: [],
+      volume: null,
+      restartPolicy: { name: 'no', maxRetries: 0 },
+      stopGraceSeconds: 1,
+    },
+  });
+  ip = await until('the workload to run', async () => {
+    const view = await server.context.fleet.workloads.get(clusterId);
+    return view.phase === 'running' && view.actualStatus?.ipAddress;
+  });
+} else {
+  const container = await docker.createContainer({
+    Image: image,
+    Labels: { 'anvil.bench': '1', 'anvil.workload': clusterId },
+  });
+  await container.start();
+  ip = (await container.inspect()).NetworkSettings.IPAddress;
 }
+const direct = `http://${ip}:${STATIC_HTTP_PORT}`;
+await until('the server in the container', async () => (await fetch(`${direct}/small.bin`)).ok);
 
 let stopping = false;
 async function stop() {
   if (stopping) return;
   stopping = true;
-  await container.remove({ force: true }).catch(() => {});
+  await agent?.kill();
+  const mine = await docker.listContainers({
+    all: true,
+    filters: { label: [`anvil.workload=${clusterId}`] },
+  });
+  await Promise.all(
+    mine.map((c) =>
+      docker
+        .getContainer(c.Id)
+        .remove({ force: true })
+        .catch(() => {}),
+    ),
+  );
   await server.close();
   rmSync(dataDir, { recursive: true, force: true });
   process.exit(0);
@@ -90,7 +144,7 @@ process.on('SIGTERM', () => void stop());
 process.on('message', (message) => {
   if (message === 'cpu') process.send?.(process.cpuUsage());
 });
-const host = `${clusterId.replace('_', '-')}-8080.${config.proxyDomain}`;
+const host = `${clusterId.replace('_', '-')}-${STATIC_HTTP_PORT}.${config.proxyDomain}`;
 process.stdout.write(
-  `BENCH_READY ${JSON.stringify({ proxy: `https://127.0.0.1:${server.context.proxy.port}`, host, direct, key })}\n`,
+  `BENCH_READY ${JSON.stringify({ proxy: `https://127.0.0.1:${server.context.proxy.port}`, host, direct, key, tunnels })}\n`,
 );

@@ -3,12 +3,12 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { systemHost } from '../../agent/src/host/provider.ts';
 import { call } from '../../control-plane/src/testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/app.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { dockerAvailable, testDocker } from '../fixtures/images/docker.ts';
+import { memoizedHost, waitFor } from './harness.ts';
 
 /**
  * Clusters end to end: the control plane over HTTP on loopback, a real agent (simulated 2xH100, the
@@ -300,33 +300,3 @@ describe.skipIf(!dockerAvailable())('cluster lifecycle with a real agent and Doc
     });
   });
 });
-
-/**
- * The real host provider, its inventory gathered once: on this shared, loaded machine gathering it took
- * longer than the control plane's 15 s hello deadline, so every reconnect failed its handshake.
- */
-function memoizedHost(): typeof systemHost {
-  let inventory: ReturnType<typeof systemHost.inventory> | null = null;
-  return {
-    inventory: () => {
-      inventory ??= systemHost.inventory();
-      return inventory;
-    },
-    sample: () => systemHost.sample(),
-  };
-}
-
-async function waitFor<T>(
-  what: string,
-  check: () => Promise<T | null | false | undefined>,
-  timeoutMs = 30_000,
-  everyMs = 250,
-): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
-  }
-}

@@ -64,6 +64,16 @@ describe('installer/install.sh', () => {
     const root = join(work, 'root');
     const stateDir = join(work, 'state');
     const token = cp.createJoinToken();
+    // --skip-npm: the prefix must hold the dependencies (the installer builds the agent with them). Link
+    // this checkout's, except the workspace packages, which will be the staged copies.
+    const prefix = join(root, 'opt/anvil-agent');
+    const modules = join(prefix, 'node_modules');
+    await mkdir(join(modules, '@anvil'), { recursive: true });
+    for (const entry of await readdir(join(REPO_ROOT, 'node_modules'))) {
+      if (entry === '@anvil' || entry === '.bin') continue;
+      await symlink(join(REPO_ROOT, 'node_modules', entry), join(modules, entry));
+    }
+    await symlink(join(prefix, 'shared'), join(modules, '@anvil/shared'));
     const result = install([
       '--control-plane',
       cp.url,
@@ -80,8 +90,8 @@ describe('installer/install.sh', () => {
     expect(result.stderr).toBe('');
     expect(result.code).toBe(0);
 
-    const prefix = join(root, 'opt/anvil-agent');
     expect((await stat(join(prefix, 'agent/src/main.ts'))).isFile()).toBe(true);
+    expect((await stat(join(prefix, 'agent/dist/main.js'))).isFile()).toBe(true);
     expect((await stat(join(prefix, 'shared/src/protocol/index.ts'))).isFile()).toBe(true);
     const installed = await readdir(join(prefix, 'agent/src'), { recursive: true });
     expect(installed.filter((f) => f.endsWith('.test.ts'))).toEqual([]);
@@ -104,20 +114,13 @@ describe('installer/install.sh', () => {
 
     const unit = await readFile(join(root, 'etc/systemd/system/anvil-agent.service'), 'utf8');
     expect(unit).toContain('EnvironmentFile=/etc/anvil/agent.env');
-    expect(unit).toContain(`ExecStart=${process.execPath} --import tsx /opt/anvil-agent/agent/src/main.ts`);
+    // Plain JavaScript: no TypeScript loader in the running service.
+    expect(unit).toContain(`ExecStart=${process.execPath} /opt/anvil-agent/agent/dist/main.js`);
     expect(unit).toContain('RestartPreventExitStatus=1 2');
     expect(unit).toContain('Requires=docker.service');
 
-    // Run the staged agent as the unit would (its env file, its working directory). --skip-npm left the
-    // dependencies out: link this checkout's, except the workspace packages, which are the staged copies.
-    const modules = join(prefix, 'node_modules');
-    await mkdir(join(modules, '@anvil'), { recursive: true });
-    for (const entry of await readdir(join(REPO_ROOT, 'node_modules'))) {
-      if (entry === '@anvil' || entry === '.bin') continue;
-      await symlink(join(REPO_ROOT, 'node_modules', entry), join(modules, entry));
-    }
-    await symlink(join(prefix, 'shared'), join(modules, '@anvil/shared'));
-    const agent = spawn(process.execPath, ['--import', 'tsx', join(prefix, 'agent/src/main.ts')], {
+    // Run the staged agent as the unit would (its env file, its working directory).
+    const agent = spawn(process.execPath, [join(prefix, 'agent/dist/main.js')], {
       cwd: prefix,
       env: { PATH: process.env['PATH'] ?? '', ...env },
       stdio: ['ignore', 'ignore', 'pipe'],

@@ -200,6 +200,9 @@ describe.skipIf(!dockerAvailable())('HTTPS port proxy through the real agent tun
       blocked_ips: [],
       rate_limiting: { per_user_limit: { requests_per_minute: 2, burst_size: 2 } },
     });
+    // 2 per 60-s window aligned to the clock (burst_size / requests_per_minute): start well inside one.
+    const left = 60_000 - (Date.now() % 60_000);
+    if (left < 10_000) await new Promise((resolve) => setTimeout(resolve, left + 100));
     const statuses = [];
     for (let i = 0; i < 3; i++) statuses.push(await curlStatus(8080, bearer()));
     expect(statuses).toEqual([200, 200, 429]);

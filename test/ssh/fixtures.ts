@@ -179,7 +179,11 @@ export interface SshWorld {
  * The real path: the control plane (the app and context `npm start` builds) on loopback, a real agent
  * on real Docker, the SSH relay on a free port; sessions reach containers through the agent's tunnels.
  */
-export async function startSshWorld(docker: Dockerode, dataDir: string): Promise<SshWorld> {
+export async function startSshWorld(
+  docker: Dockerode,
+  dataDir: string,
+  env: Record<string, string> = {},
+): Promise<SshWorld> {
   await ensureBusyboxImage(docker);
   const t = await createTestApp({
     env: {
@@ -187,6 +191,7 @@ export async function startSshWorld(docker: Dockerode, dataDir: string): Promise
       ANVIL_SSH_HOST: 'ssh.example.test',
       ANVIL_HEARTBEAT_SECONDS: '5',
       ANVIL_HOST_GRACE_SECONDS: '120',
+      ...env,
     },
   });
   const url = await t.app.listen({ host: '127.0.0.1', port: 0 });

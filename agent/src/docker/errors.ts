@@ -31,3 +31,11 @@ export class NameConflictError extends Error {
     this.name = 'NameConflictError';
   }
 }
+
+/** `docker create` answered 404 for the image: it must be pulled first (as `docker run` does on that answer). */
+export class ImageMissingError extends Error {
+  constructor(readonly image: string) {
+    super(`image ${image} is not on this host`);
+    this.name = 'ImageMissingError';
+  }
+}

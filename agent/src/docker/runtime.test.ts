@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
 import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
+import { ImageMissingError } from './errors.ts';
 import { createContainerRuntime } from './runtime.ts';
 
 const run = randomBytes(4).toString('hex');
@@ -146,6 +147,78 @@ describe.skipIf(!dockerAvailable())('container runtime against the real Docker e
     await expect(rt.inspect(foreign.id)).rejects.toThrow(/refusing to touch it/);
     expect((await foreign.inspect()).State.Running).toBe(true);
     expect((await rt.listManaged(hostId)).some((c) => c.id === foreign.id)).toBe(false);
+  });
+
+  it('proves ownership once: a container it created or listed is started and stopped without another inspect', async () => {
+    const inspected: string[] = [];
+    // The real engine, with container inspects counted.
+    const counting = Object.create(docker) as Dockerode;
+    counting.getContainer = (id: string) => {
+      const container = docker.getContainer(id);
+      const inspect = container.inspect.bind(container);
+      container.inspect = ((...args: unknown[]) => {
+        inspected.push(id);
+        return (inspect as (...a: unknown[]) => unknown)(...args);
+      }) as typeof container.inspect;
+      return container;
+    };
+    const rt = createContainerRuntime(counting);
+    const created = await rt.create(workloadSpec(wid('owned')), context());
+    await rt.start(created);
+    await rt.stop(created, 0);
+    expect(inspected).toEqual([]);
+
+    // A fresh runtime (an agent after a restart) learns ownership from the labelled list.
+    const restarted = createContainerRuntime(counting);
+    expect((await restarted.listManaged(hostId)).some((c) => c.id === created)).toBe(true);
+    await restarted.start(created);
+    await restarted.remove(created);
+    expect(inspected).toEqual([]);
+    // Once it is gone, an id is proven again (and found missing) rather than trusted.
+    await restarted.remove(created);
+    expect(inspected).toEqual([created]);
+  });
+
+  it("removes a workload's snapshots only: its own label, its repository, never the kept ones", async () => {
+    const rt = runtime();
+    const spec = workloadSpec(wid('snap'));
+    const id = await rt.create(spec, context());
+    const repository = `anvil-snapshots/rt-${run}-snap`;
+    const commit = (tag: string) => rt.commit!(id, { repository, tag, comment: null });
+    const [old, kept] = [await commit('old'), await commit('kept')];
+    // Same repository, but committed from a container that is not this workload's: never touched.
+    const foreign = await docker.createContainer({
+      Image: 'anvil-test/busybox:latest',
+      Labels: { 'anvil.test': '1', 'anvil.run': run, 'anvil.workload': 'someone-else' },
+    });
+    const forged = (await foreign.commit({ repo: repository, tag: 'forged' })) as { Id: string };
+    try {
+      const result = await rt.removeSnapshots!({
+        workloadId: spec.workloadId,
+        repository,
+        keep: [kept.imageId],
+      });
+      expect(result).toEqual({
+        removed: [{ imageId: old.imageId, tags: [`${repository}:old`] }],
+        failed: [],
+        kept: [{ imageId: kept.imageId, tags: [`${repository}:kept`] }],
+      });
+      await expect(docker.getImage(old.imageId).inspect()).rejects.toThrow();
+      expect((await docker.getImage(kept.imageId).inspect()).Id).toBe(kept.imageId);
+      expect((await docker.getImage(forged.Id).inspect()).Id).toBe(forged.Id);
+    } finally {
+      await foreign.remove({ force: true });
+      for (const image of [kept.imageId, forged.Id])
+        await docker
+          .getImage(image)
+          .remove({ force: true })
+          .catch(() => {});
+    }
+  });
+
+  it('answers ImageMissingError when the image to create from is not on the host', async () => {
+    const spec = workloadSpec(wid('noimage'), { image: 'localhost:1/anvil-test/missing:v1' });
+    await expect(runtime().create(spec, context())).rejects.toThrow(ImageMissingError);
   });
 
   it('says plainly when an image is missing and no registry answers', async () => {

@@ -5,6 +5,7 @@ import { errorMessage, wrapError } from '../errors.ts';
 import { buildCreateOptions, volumeDir } from './container-config.ts';
 import {
   dockerMessage,
+  ImageMissingError,
   isConflict,
   isNotFound,
   isNotModified,
@@ -43,7 +44,7 @@ export interface ContainerRuntime {
   inspect(id: string): Promise<ContainerDetails | null>;
   /**
    * Creates `anvil-<workloadId>` with the spec's files already written into it; NameConflictError when
-   * the name is taken (the caller re-lists).
+   * the name is taken (the caller re-lists), ImageMissingError when the image is not on the host.
    */
   create(spec: WorkloadSpec, context: SpecContext): Promise<string>;
   /** Writes files into a (created or stopped) container, parent directories created as needed. */
@@ -65,6 +66,23 @@ export interface ContainerRuntime {
     id: string,
     target: { repository: string; tag: string; comment: string | null },
   ): Promise<{ imageId: string; sizeBytes: number | null }>;
+  /** Removes a workload's snapshot images (see the remove_snapshots command), keeping the ids in `keep`. */
+  removeSnapshots?(target: {
+    workloadId: string;
+    repository: string;
+    keep: string[];
+  }): Promise<SnapshotRemoval>;
+}
+
+export interface SnapshotImage {
+  imageId: string;
+  tags: string[];
+}
+
+export interface SnapshotRemoval {
+  removed: SnapshotImage[];
+  failed: (SnapshotImage & { error: string })[];
+  kept: SnapshotImage[];
 }
 
 function toManaged(summary: Dockerode.ContainerInfo): ManagedContainer {
@@ -83,6 +101,18 @@ function toManaged(summary: Dockerode.ContainerInfo): ManagedContainer {
 }
 
 export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
+  /**
+   * Ids known to carry anvil.managed=true: created here, or listed by that label. A container's labels
+   * never change, so this spares start, stop, remove and writeFiles the inspect that would only prove
+   * it again (one Docker round trip on every container start). Rebuilt by each listManaged.
+   */
+  const owned = new Set<string>();
+
+  /** Refuse unless the container is ours; false when it no longer exists. */
+  async function isOwned(id: string): Promise<boolean> {
+    return owned.has(id) || (await ownedOrNull(id)) !== null;
+  }
+
   /** Inspect and refuse unless the container is ours; null when it no longer exists. */
   async function ownedOrNull(id: string): Promise<ContainerDetails | null> {
     let details: ContainerDetails;
@@ -93,6 +123,7 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
       throw err;
     }
     if (details.Config.Labels?.[LABELS.managed] !== 'true') throw new NotManagedError(id);
+    owned.add(details.Id);
     return details;
   }
 
@@ -140,10 +171,17 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
 
     async listManaged(hostId) {
       try {
+        // Ids known before this call and absent from its answer are gone; ones added meanwhile stay.
+        const stale = new Set(owned);
         const list = await docker.listContainers({
           all: true,
           filters: { label: [`${LABELS.managed}=true`, `${LABELS.host}=${hostId}`] },
         });
+        for (const c of list) {
+          owned.add(c.Id);
+          stale.delete(c.Id);
+        }
+        for (const id of stale) owned.delete(id);
         return list.map(toManaged).filter((c) => c.workloadId !== '');
       } catch (err) {
         throw wrapError('list containers', err);
@@ -167,6 +205,7 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
         const container = await docker.createContainer(
           buildCreateOptions(spec, { ...context, specHash: hash }),
         );
+        owned.add(container.id);
         if (spec.files && spec.files.length > 0) {
           try {
             await putFiles(container.id, spec.files);
@@ -182,13 +221,15 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
         return container.id;
       } catch (err) {
         if (isConflict(err)) throw new NameConflictError(name);
+        // Only the image can be missing here: the create body names no network or volume Docker must find.
+        if (isNotFound(err)) throw new ImageMissingError(spec.image);
         throw new Error(`create container ${name}: ${dockerMessage(err)}`, { cause: err });
       }
     },
 
     async writeFiles(id, files) {
       try {
-        if (!(await ownedOrNull(id))) throw new Error('no such container');
+        if (!(await isOwned(id))) throw new Error('no such container');
         await putFiles(id, files);
       } catch (err) {
         throw new Error(`write files into container ${id}: ${dockerMessage(err)}`, { cause: err });
@@ -197,7 +238,7 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
 
     async start(id) {
       try {
-        if (!(await ownedOrNull(id))) throw new Error('no such container');
+        if (!(await isOwned(id))) throw new Error('no such container');
         await docker.getContainer(id).start();
       } catch (err) {
         if (isNotModified(err)) return;
@@ -207,7 +248,7 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
 
     async stop(id, graceSeconds) {
       try {
-        if (!(await ownedOrNull(id))) return;
+        if (!(await isOwned(id))) return;
         await docker.getContainer(id).stop({ t: graceSeconds });
       } catch (err) {
         if (isNotModified(err) || isNotFound(err)) return;
@@ -217,10 +258,11 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
 
     async remove(id) {
       try {
-        if (!(await ownedOrNull(id))) return;
+        if (!(await isOwned(id))) return;
         // force: a container that restarted between our stop and this call still goes. Volumes stay:
         // workload data lives in bind mounts that the control plane decides about.
         await docker.getContainer(id).remove({ force: true });
+        owned.delete(id);
       } catch (err) {
         // 409 "removal already in progress" is another pass (or Docker's auto-remove) doing our job.
         if (isNotFound(err) || (isConflict(err) && /already in progress/.test(dockerMessage(err)))) return;
@@ -276,6 +318,35 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
         if (isNotFound(err) || isConflict(err)) return false;
         throw new Error(`signal container ${id}: ${dockerMessage(err)}`, { cause: err });
       }
+    },
+
+    async removeSnapshots({ workloadId, repository, keep }) {
+      let images: Dockerode.ImageInfo[];
+      try {
+        images = await docker.listImages({ filters: { reference: [repository] } });
+      } catch (err) {
+        throw wrapError(`list images of ${repository}`, err);
+      }
+      const result: SnapshotRemoval = { removed: [], failed: [], kept: [] };
+      for (const image of images) {
+        // Only this repository's tags, and only images committed from this workload's container.
+        const tags = (image.RepoTags ?? []).filter((t) => t.startsWith(`${repository}:`));
+        if (tags.length === 0 || image.Labels?.[LABELS.workload] !== workloadId) continue;
+        const entry = { imageId: image.Id, tags };
+        if (keep.includes(image.Id)) {
+          result.kept.push(entry);
+          continue;
+        }
+        try {
+          // Untag one by one (never force): the last tag removes the image unless a container uses it.
+          for (const tag of tags) await docker.getImage(tag).remove();
+          result.removed.push(entry);
+        } catch (err) {
+          if (isNotFound(err)) result.removed.push(entry);
+          else result.failed.push({ ...entry, error: dockerMessage(err) });
+        }
+      }
+      return result;
     },
 
     async commit(id, target) {

@@ -3,7 +3,67 @@ export function isHostInterface(name: string): boolean {
   return !name.startsWith('veth');
 }
 
-const PSEUDO_FS = new Set(['overlay', 'tmpfs', 'devtmpfs', 'squashfs', 'nsfs', 'shm', 'aufs']);
+/**
+ * Filesystems that hold no host storage: memory-backed, kernel interfaces, container layers. Kernel
+ * interfaces are named too (not only left to their zero size) because stat'ing an autofs mount point
+ * would mount it.
+ */
+const PSEUDO_FS = new Set([
+  'overlay',
+  'tmpfs',
+  'devtmpfs',
+  'squashfs',
+  'nsfs',
+  'shm',
+  'aufs',
+  'ramfs',
+  'proc',
+  'sysfs',
+  'cgroup',
+  'cgroup2',
+  'devpts',
+  'mqueue',
+  'debugfs',
+  'tracefs',
+  'securityfs',
+  'pstore',
+  'bpf',
+  'autofs',
+  'fusectl',
+  'configfs',
+  'hugetlbfs',
+  'binfmt_misc',
+  'efivarfs',
+  'rpc_pipefs',
+  'selinuxfs',
+  'nfsd',
+]);
+
+const REMOTE_FS = new Set([
+  'nfs',
+  'nfs4',
+  'cifs',
+  'smb3',
+  'smbfs',
+  'ceph',
+  'glusterfs',
+  '9p',
+  'afs',
+  'lustre',
+]);
+
+/**
+ * Network filesystems, which `df -l` leaves out: they are another machine's disks, and stat'ing a hung
+ * NFS mount would block a thread of the agent's pool.
+ */
+export function isRemoteFs(fsType: string, source: string): boolean {
+  return (
+    REMOTE_FS.has(fsType) ||
+    fsType.startsWith('fuse.sshfs') ||
+    source.startsWith('//') ||
+    /^[^/][^:]*:/.test(source)
+  );
+}
 
 /** Real filesystems only: Docker's overlay mounts would list every container once more. */
 export function isHostDisk(fsType: string | null, mount: string): boolean {

@@ -8,12 +8,24 @@ function addresses(value: string | undefined): string[] {
   return value ? [value] : [];
 }
 
+type StaticFacts = [Awaited<ReturnType<typeof si.osInfo>>, Awaited<ReturnType<typeof si.cpu>>];
+let staticFacts: StaticFacts | null = null;
+
+/**
+ * The operating system and CPU do not change while the agent runs, and reading them starts several
+ * processes (lsb_release, lscpu...): read once, on the first success. Memory, disks and network
+ * interfaces are read again for every inventory (each connection's hello).
+ */
+async function osAndCpu(): Promise<StaticFacts> {
+  staticFacts ??= await Promise.all([si.osInfo(), si.cpu()]);
+  return staticFacts;
+}
+
 /** CPU, memory, disks and network interfaces of this machine. */
 export async function hostInventory(): Promise<HostInventory> {
   try {
-    const [os, cpu, mem, disks, nics] = await Promise.all([
-      si.osInfo(),
-      si.cpu(),
+    const [[os, cpu], mem, disks, nics] = await Promise.all([
+      osAndCpu(),
       si.mem(),
       si.fsSize(),
       si.networkInterfaces(),

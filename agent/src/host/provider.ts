@@ -1,6 +1,7 @@
 import type { HostInventory, HostMetrics } from '@anvil/shared/protocol';
 import { hostInventory } from './inventory.ts';
-import { hostMetrics } from './metrics.ts';
+import { createLinuxHostSampler } from './metrics.ts';
+import { portableHostMetrics } from './metrics-portable.ts';
 
 /** The machine itself, injected into the agent so tests can stand in a fixed host. */
 export interface HostProvider {
@@ -8,4 +9,7 @@ export interface HostProvider {
   sample(): Promise<HostMetrics>;
 }
 
-export const systemHost: HostProvider = { inventory: hostInventory, sample: hostMetrics };
+export const systemHost: HostProvider = {
+  inventory: hostInventory,
+  sample: process.platform === 'linux' ? createLinuxHostSampler() : portableHostMetrics,
+};

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import type { LogEntry } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { pino } from 'pino';
@@ -9,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
 import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
-import { createContainerRuntime } from '../docker/runtime.ts';
+import { type ContainerRuntime, createContainerRuntime } from '../docker/runtime.ts';
 import { LogBuffer } from './buffer.ts';
 import { LogCursors } from './cursors.ts';
 import { followContainer } from './follower.ts';
@@ -17,6 +18,73 @@ import { LogManager } from './manager.ts';
 
 const run = randomBytes(4).toString('hex');
 const hostId = `host_logs_${run}`;
+
+/** Docker's multiplexed framing: stream byte (1 stdout, 2 stderr), three zeros, big-endian length. */
+function frame(stream: 1 | 2, text: string): Buffer {
+  const payload = Buffer.from(text);
+  const header = Buffer.alloc(8);
+  header[0] = stream;
+  header.writeUInt32BE(payload.length, 4);
+  return Buffer.concat([header, payload]);
+}
+
+describe('following a container that stops', () => {
+  it('reads once more after the stream ends, for a last line Docker left out (moby/moby#43860)', async () => {
+    const t = (n: number) => `2026-01-01T00:00:0${n}.000000000Z`;
+    // The follow ended at exit without the partial last line; the stored log has it.
+    const streams = [
+      [frame(1, `${t(1)} one\n`), frame(2, `${t(2)} two\n`)],
+      [frame(1, `${t(1)} one\n`), frame(2, `${t(2)} two\n`), frame(1, `${t(3)} no newline`)],
+    ];
+    const since: number[] = [];
+    const runtime = {
+      followLogs: async (_id: string, sinceSeconds: number) => {
+        since.push(sinceSeconds);
+        return Readable.from(streams.shift() ?? []);
+      },
+    } as unknown as ContainerRuntime;
+    const entries: LogEntry[] = [];
+    const last = await followContainer({
+      runtime,
+      containerId: 'c1',
+      workloadId: 'w1',
+      after: { stdout: null, stderr: null },
+      onEntry: (e) => entries.push(e),
+      now: Date.now,
+      signal: new AbortController().signal,
+    });
+    expect(entries.map((e) => `${e.stream} ${e.line}`)).toEqual([
+      'stdout one',
+      'stderr two',
+      'stdout no newline',
+    ]);
+    expect(last).toEqual({ stdout: t(3), stderr: t(2) });
+    // The second read starts at the cursor's second, not from the beginning.
+    expect(since).toEqual([0, Math.floor(Date.parse('2026-01-01T00:00:01Z') / 1000)]);
+  });
+
+  it('ends quietly when the container was removed before the second read', async () => {
+    let calls = 0;
+    const runtime = {
+      followLogs: async () => {
+        calls += 1;
+        if (calls === 1) return Readable.from([]);
+        throw new Error('follow logs of c1: no such container', { cause: { statusCode: 404 } });
+      },
+    } as unknown as ContainerRuntime;
+    const last = await followContainer({
+      runtime,
+      containerId: 'c1',
+      workloadId: 'w1',
+      after: { stdout: null, stderr: null },
+      onEntry: () => {},
+      now: Date.now,
+      signal: new AbortController().signal,
+    });
+    expect(last).toEqual({ stdout: null, stderr: null });
+    expect(calls).toBe(2);
+  });
+});
 
 describe.skipIf(!dockerAvailable())('following container logs from the real Docker engine', () => {
   let docker: Dockerode;

@@ -1,4 +1,5 @@
 import type { LogEntry } from '@anvil/shared/protocol';
+import { isNotFound } from '../docker/errors.ts';
 import type { ContainerRuntime } from '../docker/runtime.ts';
 import { wrapError } from '../errors.ts';
 import { Demuxer, LineSplitter, parseTimedLine, timestampSeconds } from './parse.ts';
@@ -26,10 +27,28 @@ export interface FollowOptions {
 /**
  * Follow one container's stdout and stderr until it stops (Docker ends the stream) or the signal
  * aborts. Resolves with the cursor of the last lines read.
+ *
+ * A follow can end without the container's last output when that has no trailing newline (Docker
+ * closes the stream at exit before its log copier flushes the partial line: moby/moby#43860). So once
+ * the stream ends, the logs are read once more from the cursor: a stopped container's stream ends at
+ * once, and lines already read are skipped.
  */
 export async function followContainer(options: FollowOptions): Promise<StreamCursor> {
-  const { runtime, containerId, workloadId, onEntry, signal } = options;
   const last: StreamCursor = { ...options.after };
+  await readOnce(options, last);
+  if (options.signal.aborted) return last;
+  try {
+    await readOnce(options, last);
+  } catch (err) {
+    // Removed right after it stopped: there is nothing more to read.
+    if (!isNotFound((err as Error).cause)) throw err;
+  }
+  return last;
+}
+
+/** One logs stream from the cursor `last` (advanced as lines arrive) until Docker ends it or the signal aborts. */
+async function readOnce(options: FollowOptions, last: StreamCursor): Promise<void> {
+  const { runtime, containerId, workloadId, onEntry, signal } = options;
   // Docker's `since` is whole seconds: start at the older cursor and skip what was read already.
   const since =
     last.stdout && last.stderr ? Math.min(timestampSeconds(last.stdout), timestampSeconds(last.stderr)) : 0;
@@ -66,5 +85,4 @@ export async function followContainer(options: FollowOptions): Promise<StreamCur
   } finally {
     signal.removeEventListener('abort', onAbort);
   }
-  return last;
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ContainerStats } from '../docker/runtime.ts';
-import { containerMetrics } from './container-stats.ts';
+import { containerMetrics, countersFromDockerStats } from './container-stats.ts';
 
 // Shaped like Docker 20.10's one-shot stats on cgroup v2 (trimmed to the fields read).
 const stats = (totalNs: number, systemNs: number) =>
@@ -19,7 +19,7 @@ const stats = (totalNs: number, systemNs: number) =>
 
 describe('container metrics from docker stats', () => {
   it('maps counters and leaves cpu percent unknown on the first sample', () => {
-    const { metrics, cpu } = containerMetrics('w', 'c', stats(1e9, 100e9), null);
+    const { metrics, cpu } = containerMetrics('w', 'c', countersFromDockerStats(stats(1e9, 100e9)), null);
     expect(metrics).toEqual({
       workloadId: 'w',
       containerId: 'c',
@@ -36,16 +36,20 @@ describe('container metrics from docker stats', () => {
   });
 
   it('computes cpu percent between two samples, per core as docker stats does', () => {
-    const { metrics } = containerMetrics('w', 'c', stats(2e9, 104e9), { totalNs: 1e9, systemNs: 100e9 });
+    const { metrics } = containerMetrics('w', 'c', countersFromDockerStats(stats(2e9, 104e9)), {
+      totalNs: 1e9,
+      systemNs: 100e9,
+    });
     expect(metrics.cpuPercent).toBeCloseTo(50);
   });
 
   it('gives null, not zero, for what Docker did not report', () => {
-    const { metrics } = containerMetrics('w', 'c', {} as ContainerStats, null);
+    const { metrics } = containerMetrics('w', 'c', countersFromDockerStats({} as ContainerStats), null);
     expect(metrics).toMatchObject({
       cpuTotalNs: null,
       memoryUsedBytes: null,
       networkRxBytes: null,
+      networkTxBytes: null,
       blockReadBytes: null,
     });
   });

@@ -1,4 +1,4 @@
-import type { ContainerMetrics, MetricSample } from '@anvil/shared/protocol';
+import type { MetricSample } from '@anvil/shared/protocol';
 import type { Logger } from 'pino';
 import { type Clock, sleep } from '../clock.ts';
 import type { ContainerRuntime } from '../docker/runtime.ts';
@@ -6,7 +6,7 @@ import { errorMessage } from '../errors.ts';
 import type { GpuProvider } from '../gpu/provider.ts';
 import type { HostProvider } from '../host/provider.ts';
 import type { RunningContainer } from '../reconcile/reconciler.ts';
-import { type CpuCounters, containerMetrics } from './container-stats.ts';
+import { ContainerStatsReader, dockerIsLocal } from './container-reader.ts';
 
 export interface MetricsSamplerOptions {
   host: HostProvider;
@@ -29,10 +29,17 @@ export class MetricsSampler {
   #dropped = 0;
   #intervalMs: number | null = null;
   #wake: (() => void) | null = null;
-  readonly #cpu = new Map<string, CpuCounters>();
+  readonly #containers: ContainerStatsReader;
 
   constructor(options: MetricsSamplerOptions) {
     this.#o = options;
+    // Containers' cgroup files are readable when their processes run on this machine.
+    const local = process.platform === 'linux' && dockerIsLocal(process.env);
+    this.#containers = new ContainerStatsReader({
+      runtime: options.runtime,
+      logger: options.logger,
+      procRoot: local ? '/proc' : null,
+    });
   }
 
   /** Set by the control plane (welcome, set_intervals); sampling starts once it is known. */
@@ -94,35 +101,9 @@ export class MetricsSampler {
         logger.debug({ err: errorMessage(err) }, 'gpu sample failed');
         return [];
       }),
-      this.#containers(),
+      this.#containers.read(this.#o.running()),
     ]);
     return { at, host: hostSample, gpus, containers };
-  }
-
-  async #containers(): Promise<ContainerMetrics[]> {
-    const running = this.#o.running();
-    const results = await Promise.all(
-      running.map(async ({ containerId, workloadId }) => {
-        try {
-          const stats = await this.#o.runtime.stats(containerId);
-          if (!stats) return null;
-          const { metrics, cpu } = containerMetrics(
-            workloadId,
-            containerId,
-            stats,
-            this.#cpu.get(containerId) ?? null,
-          );
-          if (cpu) this.#cpu.set(containerId, cpu);
-          return metrics;
-        } catch (err) {
-          this.#o.logger.debug({ containerId, err: errorMessage(err) }, 'container stats failed');
-          return null;
-        }
-      }),
-    );
-    const live = new Set(running.map((r) => r.containerId));
-    for (const id of [...this.#cpu.keys()]) if (!live.has(id)) this.#cpu.delete(id);
-    return results.filter((m): m is ContainerMetrics => m !== null);
   }
 
   #trim(): void {

@@ -20,7 +20,7 @@ const run = randomBytes(4).toString('hex');
 let volumeRoot: string;
 let docker: Dockerode;
 
-function setup(hostId: string) {
+function setup(hostId: string, passRetryMs = 200) {
   const changes: ContainerStateChange[] = [];
   const reports: ActualReport[] = [];
   const pulls: PullReport[] = [];
@@ -34,7 +34,7 @@ function setup(hostId: string) {
     onContainerState: (c) => changes.push(c),
     onActualState: (r) => reports.push(r),
     onPullProgress: (p) => pulls.push(p),
-    passRetryMs: 200,
+    passRetryMs,
   });
   return { reconciler, changes, reports, pulls };
 }
@@ -170,6 +170,34 @@ describe.skipIf(!dockerAvailable())('reconciler against the real Docker engine',
     expect(list.map((c) => c.Labels['anvil.workload']).sort()).toEqual([wid('race1'), wid('race2')]);
     expect(a.reconciler.report().workloads.map((w) => w.phase)).toEqual(['running', 'running']);
     expect(b.reconciler.report().workloads.map((w) => w.phase)).toEqual(['running', 'running']);
+  });
+
+  it('retries every workload held back by a taken name, not only the first one to fail', async () => {
+    const hostId = newHost('retries');
+    const [w1, w2] = [workloadSpec(wid('late1')), workloadSpec(wid('late2'))];
+    // Containers Anvil does not own hold both names for a while.
+    const squatters = await Promise.all(
+      [w1, w2].map((w) =>
+        docker.createContainer({
+          name: `anvil-${w.workloadId}`,
+          Image: 'anvil-test/busybox:latest',
+          Labels: { 'anvil.test': '1', 'anvil.run': run },
+        }),
+      ),
+    );
+    const { reconciler } = setup(hostId, 4_000);
+    await converge(reconciler, 1, [w1]);
+    // w2's name clash comes 2 s later, so its retry falls due after w1's retry pass has run.
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const held = await converge(reconciler, 2, [w1, w2]);
+    expect(held.workloads.map((w) => w.phase)).toEqual(['pending', 'pending']);
+    await Promise.all(squatters.map((c) => c.remove({ force: true })));
+    for (const deadline = Date.now() + 20_000; Date.now() < deadline; ) {
+      if (reconciler.report().workloads.every((w) => w.phase === 'running')) break;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await reconciler.idle();
+    }
+    expect(reconciler.report().workloads.map((w) => w.phase)).toEqual(['running', 'running']);
   });
 
   it('removes duplicates found on the host, keeping the running one', async () => {

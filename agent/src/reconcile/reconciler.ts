@@ -1,7 +1,7 @@
 import type { WorkloadPhase, WorkloadSpec, WorkloadStatus } from '@anvil/shared/protocol';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
-import { NameConflictError } from '../docker/errors.ts';
+import { ImageMissingError, NameConflictError } from '../docker/errors.ts';
 import { type GpuMode, type SpecContext, specHash } from '../docker/labels.ts';
 import type { ContainerRuntime, ManagedContainer } from '../docker/runtime.ts';
 import { errorMessage } from '../errors.ts';
@@ -83,6 +83,8 @@ export class Reconciler {
   #retryAt = Number.POSITIVE_INFINITY;
   #reportedGeneration: number | null | undefined = undefined;
   #stopped = false;
+  /** Containers created, started or removed so far: a pass that changed none reuses its first list. */
+  #changes = 0;
 
   constructor(options: ReconcilerOptions) {
     this.#o = { retryMs: 30_000, passRetryMs: 5_000, ...options };
@@ -193,6 +195,7 @@ export class Reconciler {
 
   async #passOnce(): Promise<void> {
     const { runtime, hostId } = this.#o;
+    const changesBefore = this.#changes;
     const containers = await runtime.listManaged(hostId);
     const groups = new Map<string, ManagedContainer[]>();
     for (const c of containers) groups.set(c.workloadId, [...(groups.get(c.workloadId) ?? []), c]);
@@ -214,7 +217,7 @@ export class Reconciler {
         this.#o.onActualState(this.report());
       }
     }
-    const after = desired ? await runtime.listManaged(hostId) : containers;
+    const after = this.#changes !== changesBefore ? await runtime.listManaged(hostId) : containers;
     this.#running = after
       .filter((c) => c.state === 'running')
       .map((c) => ({ containerId: c.id, workloadId: c.workloadId }));
@@ -254,6 +257,7 @@ export class Reconciler {
   async #removeContainer(container: ManagedContainer, why: string): Promise<void> {
     const { runtime, logger, clock } = this.#o;
     logger.info({ containerId: container.id, workloadId: container.workloadId, why }, 'removing container');
+    this.#changes += 1;
     await runtime.stop(container.id, container.stopGraceSeconds ?? 10);
     await runtime.remove(container.id);
     this.#o.onContainerState({
@@ -285,6 +289,8 @@ export class Reconciler {
       if (failure && failure.hash !== hash) this.#failures.delete(id);
       const waiting = this.#failures.get(id);
       if (waiting && clock.now() < waiting.retryAt) {
+        // The pass that woke us may be an earlier failure's retry: make sure this one gets its own.
+        this.#scheduleRetry(waiting.retryAt - clock.now());
         const details = current ? await runtime.inspect(current.id) : null;
         return details
           ? { ...statusFromInspect(id, details, clock.now()), phase: waiting.phase, error: waiting.error }
@@ -292,16 +298,18 @@ export class Reconciler {
       }
 
       if (!current) {
-        if (!(await runtime.imageExists(spec.image))) {
-          const pull = this.#puller.state(spec.image);
-          if (pull?.kind === 'failed') return statusWithoutContainer(id, 'failed', pull.error, clock.now());
-          this.#puller.start(spec.image, id);
-          return statusWithoutContainer(id, 'pulling', null, clock.now());
-        }
         let containerId: string;
         try {
+          // Create first and pull only when Docker says the image is missing, as `docker run` does: the
+          // image is nearly always there, and a separate existence check would cost every start a round trip.
           containerId = await runtime.create(spec, this.#context);
         } catch (err) {
+          if (err instanceof ImageMissingError) {
+            const pull = this.#puller.state(spec.image);
+            if (pull?.kind === 'failed') return statusWithoutContainer(id, 'failed', pull.error, clock.now());
+            this.#puller.start(spec.image, id);
+            return statusWithoutContainer(id, 'pulling', null, clock.now());
+          }
           // A half-finished removal, or a container Anvil does not own, holds the name: look again
           // shortly, and never create a second container for the workload.
           if (err instanceof NameConflictError) {
@@ -311,6 +319,7 @@ export class Reconciler {
           throw err;
         }
         logger.info({ workloadId: id, containerId }, 'container created');
+        this.#changes += 1;
         await runtime.start(containerId);
         this.#failures.delete(id);
         const details = await runtime.inspect(containerId);
@@ -327,6 +336,7 @@ export class Reconciler {
         logger.info({ workloadId: id, containerId: current.id, state: current.state }, 'starting container');
         // Secret files are written before every start, so a rotated value reaches a restarted container.
         if (spec.files && spec.files.length > 0) await runtime.writeFiles(current.id, spec.files);
+        this.#changes += 1;
         await runtime.start(current.id);
       }
       this.#failures.delete(id);

@@ -28,6 +28,7 @@ export const WEBHOOK_EVENTS = [
   'endpoint.failed',
   'cost.threshold_exceeded',
   'cluster.status_changed',
+  'cluster.stopped',
   'training.completed',
   'training.failed',
   'member.joined',

@@ -50,6 +50,14 @@ export function createClusters(deps: {
   );
   const running = supervisor;
   service.onKick(() => running.kick());
+  // The agent reports a cluster container's change (running, exited, gone) as it happens: a container
+  // now running makes its starting cluster running at once, and the supervisor acts on any other change
+  // now instead of at its next timed pass (errors, stop phases waiting for the exit).
+  const unsubscribe = deps.fleet.workloads.onContainerState(async ({ hostId, workloadId }, change) => {
+    if (!workloadId.startsWith('cluster_')) return;
+    if (change.phase === 'running') await running.markRunning(workloadId, hostId);
+    running.kick();
+  });
   const prices = new PriceTable(deps.db, deps.clock);
   return {
     service,
@@ -66,6 +74,7 @@ export function createClusters(deps: {
       running.start();
     },
     async stop() {
+      unsubscribe();
       await running.stop();
     },
   };

@@ -1,3 +1,6 @@
+import type { SnapshotCleanup } from './snapshots.ts';
+import type { StopNotifications, StopReport } from './stop-notifications.ts';
+
 /**
  * A stop or delete in progress, kept in clusters.operation (JSON) so that any replica, or this one
  * after a restart, carries it on from the phase it reached. The phase recorded is the one executing.
@@ -37,7 +40,7 @@ export const PHASE_STEPS: Record<Phase, string> = {
   stopping_cluster: 'Stopping the container (SIGTERM, then waiting for it to exit)',
   creating_final_snapshot: 'Committing the container to a final snapshot image',
   finalizing_billing: 'Closing the billing session and totalling the costs',
-  cleaning_storage: "Deleting the cluster's volume",
+  cleaning_storage: "Deleting the cluster's volume (and its earlier snapshots, when asked)",
   cleaning_network: 'Removing the container and its network endpoint and published ports',
   cleaning_compute: 'Releasing the GPUs and host resources',
   updating_records: 'Marking the cluster deleted',
@@ -107,6 +110,15 @@ export interface Operation {
   /** The control-plane process executing it, and until when its claim holds. */
   runner: string | null;
   lease_until: string | null;
+  /** The member who asked for it (null: expiry). Absent on operations recorded before it existed. */
+  requested_by?: string | null;
+  /** Stop: notify_users and the account channels, delivered as the stop ends. A delete carries them when it
+   *  took over an unfinished stop (they then report that stop as failed). */
+  notifications?: StopNotifications | null;
+  /** Delete: the stop it took over, for those notifications. */
+  interrupted_stop?: StopReport | null;
+  /** Delete: what cleaning_storage did with the cluster's earlier snapshots. */
+  snapshot_cleanup?: SnapshotCleanup | null;
 }
 
 export function progressOf(op: Operation) {

@@ -8,9 +8,19 @@ import type { Fleet } from '../hosts/fleet.ts';
 import { type Allocator, TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { DeleteOptions, Operation, Phase, StopOptions } from './operation.ts';
 import type { ClusterLogger } from './service.ts';
+import { recordRemoval, snapshotCleanupOf, snapshotRepository, snapshotTag } from './snapshots.ts';
+import {
+  completedOutcome,
+  INTERRUPTED,
+  StopNotifier,
+  type StopOutcome,
+  type StopReport,
+} from './stop-notifications.ts';
 
 /** How long a replica's claim on an operation holds without being renewed (a crashed one's lapses). */
 const LEASE_MS = 10_000;
+/** The claim while notifications go out: longer than the notifier's time-outs, so no one else resends them. */
+const NOTIFY_LEASE_MS = 120_000;
 /** The delete's stopping_cluster phase gives the processes this long to exit after SIGTERM. */
 const DELETE_GRACE_MS = 30_000;
 const EXITED_PHASES = new Set(['exited', 'failed', 'stopped', 'removed']);
@@ -25,6 +35,7 @@ type PhaseResult = 'done' | 'wait';
  */
 export class ClusterOperations {
   readonly runner = `ops_${randomBase36(10)}`;
+  readonly #notifier: StopNotifier;
 
   constructor(
     private readonly d: {
@@ -37,7 +48,15 @@ export class ClusterOperations {
       /** Capacity was freed: pending clusters may fit now. */
       freed: () => void;
     },
-  ) {}
+  ) {
+    this.#notifier = new StopNotifier({
+      db: d.db,
+      clock: d.clock,
+      notifier: d.accounts.notifier,
+      settings: d.accounts.settings,
+      logger: d.logger,
+    });
+  }
 
   /** Runs phases until one has to wait or the operation completes. Returns true when it completed. */
   async advance(clusterId: string): Promise<boolean> {
@@ -47,7 +66,13 @@ export class ClusterOperations {
       if (!cluster || (cluster.status !== 'stopping' && cluster.status !== 'deleting')) return true;
       const op = cluster.operation as unknown as Operation | null;
       if (!op) return false;
+      if (op.kind === 'delete' && op.interrupted_stop)
+        await this.notify(cluster, op, op.interrupted_stop, INTERRUPTED);
       if (op.phase === 'completed') {
+        if (op.kind === 'stop') {
+          const stop = this.stopReport(op);
+          await this.notify(cluster, op, stop, completedOutcome(stop));
+        }
         await this.complete(cluster, op);
         return true;
       }
@@ -91,19 +116,56 @@ export class ClusterOperations {
     return rows.length > 0;
   }
 
-  private async save(clusterId: string, op: Operation): Promise<void> {
+  private async save(clusterId: string, op: Operation, leaseMs = LEASE_MS): Promise<void> {
     op.runner = this.runner;
-    op.lease_until = new Date(this.d.clock.now().getTime() + LEASE_MS).toISOString();
-    await this.d.db.prisma.cluster.updateMany({
-      where: { id: clusterId, status: { in: ['stopping', 'deleting'] } },
-      data: { operation: op as unknown as Prisma.InputJsonValue, updatedAt: this.d.clock.now() },
-    });
+    op.lease_until = new Date(this.d.clock.now().getTime() + leaseMs).toISOString();
+    // Only over the same operation: a delete that took over a stop meanwhile is never overwritten by it.
+    await this.d.db.prisma.$executeRawUnsafe(
+      `UPDATE clusters SET operation = $2::jsonb, updated_at = $3
+        WHERE id = $1 AND status IN ('stopping', 'deleting')
+          AND operation->>'kind' = $4 AND operation->>'started_at' = $5`,
+      clusterId,
+      JSON.stringify(op),
+      this.d.clock.now(),
+      op.kind,
+      op.started_at,
+    );
   }
 
   private async note(clusterId: string, op: Operation, note: string): Promise<void> {
     if (op.notes.at(-1) === note) return;
     op.notes = [...op.notes, note].slice(-20);
     await this.save(clusterId, op);
+  }
+
+  private stopReport(op: Operation): StopReport {
+    return {
+      started_at: op.started_at,
+      completed_at: this.d.clock.now().toISOString(),
+      options: op.options as StopOptions,
+      snapshot: op.snapshot,
+      notes: op.notes,
+      requested_by: op.requested_by ?? null,
+    };
+  }
+
+  /**
+   * Delivers the notifications a stop owes (once: state done afterwards). Marked `sending` under a long
+   * claim first; a runner that dies mid-way leaves them `sending`, and the next one sends them again
+   * (at least once, like any webhook).
+   */
+  private async notify(
+    cluster: Cluster,
+    op: Operation,
+    stop: StopReport,
+    outcome: StopOutcome,
+  ): Promise<void> {
+    const owed = op.notifications;
+    if (!owed || owed.state === 'done') return;
+    owed.state = 'sending';
+    await this.save(cluster.id, op, NOTIFY_LEASE_MS);
+    op.notifications = await this.#notifier.deliver(cluster, stop, outcome, owed);
+    await this.save(cluster.id, op);
   }
 
   private past(iso: string, plusMs = 0): boolean {
@@ -158,7 +220,8 @@ export class ClusterOperations {
       case 'finalizing_billing':
         return this.finalizeBilling(cluster, op);
       case 'cleaning_storage':
-        return this.removeVolume(cluster, op);
+        await this.removeVolume(cluster, op);
+        return this.removeSnapshots(cluster, op);
       case 'cleaning_network':
         return this.removeContainer(cluster, op, 'deleted');
       case 'cleaning_compute':
@@ -229,12 +292,7 @@ export class ClusterOperations {
       await this.save(cluster.id, op);
       return 'done';
     }
-    const at = op.started_at.replace(/[-:.TZ]/g, '').slice(0, 14);
-    const tag =
-      (op.snapshot.name ?? `${op.kind}-${at}`)
-        .replace(/[^A-Za-z0-9_.-]/g, '-')
-        .replace(/^[.-]+/, '')
-        .slice(0, 128) || `${op.kind}-${at}`;
+    const tag = snapshotTag(op.snapshot.name, op.kind, op.started_at);
     const remainingMs = Math.max(60_000, new Date(op.deadline).getTime() - this.d.clock.now().getTime());
     const result = (await this.command(
       cluster,
@@ -242,7 +300,7 @@ export class ClusterOperations {
       {
         name: 'commit_workload',
         workloadId: cluster.id,
-        repository: `anvil-snapshots/${cluster.id.toLowerCase()}`,
+        repository: snapshotRepository(cluster.id),
         tag,
         comment: `Anvil ${op.kind} snapshot of ${cluster.id}`,
       },
@@ -301,6 +359,33 @@ export class ClusterOperations {
       return 'done';
     }
     await this.command(cluster, op, { name: 'remove_volume', workloadId: cluster.id });
+    return 'done';
+  }
+
+  /**
+   * delete_snapshots (or preserve_snapshots false): the cluster's earlier snapshots are removed from its
+   * host by its agent; the final snapshot this delete made is kept. Done once, whatever the answer: what
+   * was removed, what could not be (an image a container uses) and why are recorded.
+   */
+  private async removeSnapshots(cluster: Cluster, op: Operation): Promise<PhaseResult> {
+    op.snapshot_cleanup ??= snapshotCleanupOf(op.options as DeleteOptions);
+    const cleanup = op.snapshot_cleanup;
+    if (!cleanup.requested || cleanup.done) return 'done';
+    cleanup.done = true;
+    if (!cluster.hostId || !(await this.hostReachable(cluster.hostId))) {
+      cleanup.error = 'host unreachable: the snapshots stay on it';
+      await this.note(cluster.id, op, `${op.phase}: host unreachable, the snapshots could not be deleted`);
+      return 'done';
+    }
+    const answer = await this.command(cluster, op, {
+      name: 'remove_snapshots',
+      workloadId: cluster.id,
+      repository: snapshotRepository(cluster.id),
+      keep: op.snapshot.snapshot_id ? [op.snapshot.snapshot_id] : [],
+    });
+    if (answer) recordRemoval(cleanup, answer as Parameters<typeof recordRemoval>[1]);
+    else cleanup.error = op.notes.at(-1) ?? 'the agent could not remove the snapshots';
+    await this.save(cluster.id, op);
     return 'done';
   }
 

@@ -42,6 +42,7 @@ export function stopResult(cluster: Cluster) {
       volumes_preserved: options.preserve_data,
       snapshots_created: op.snapshot.snapshot_id ? 1 : 0,
     },
+    notifications: op.notifications ?? null,
     notes: op.notes,
   };
 }
@@ -75,6 +76,7 @@ export function deleteResult(cluster: Cluster) {
       currency: 'USD',
       billing_cutoff: op.billing.cutoff,
     },
+    snapshot_cleanup: op.snapshot_cleanup ?? null,
     notes: op.notes,
   };
 }

@@ -27,6 +27,8 @@ import {
   resolveCreate,
   type TemplateResolverLike,
 } from './requests.ts';
+import { snapshotCleanupOf } from './snapshots.ts';
+import { checkNotifyUsers, pendingNotifications } from './stop-notifications.ts';
 import { type ActualPorts, type ClusterView, clusterView, costOf } from './view.ts';
 import type { ClusterViewParts } from './view-parts.ts';
 
@@ -398,6 +400,8 @@ export class ClusterService {
 
   async stop(actor: Actor, id: string, options: StopOptions): Promise<Cluster> {
     const cluster = await this.access.require(actor, id, 'execute');
+    // Bad input is refused before the state is looked at, and before anything changes.
+    const notifyUsers = await checkNotifyUsers(this.d.db, cluster.accountId, options.notify_users);
     if (cluster.status !== 'running') {
       throw invalidState(
         cluster,
@@ -407,7 +411,15 @@ export class ClusterService {
           : 'wait until the cluster is running, or delete it',
       );
     }
-    const accepted = await this.begin(cluster, 'stop', options, ['running']);
+    const accepted = await this.begin(
+      cluster,
+      'stop',
+      { ...options, notify_users: notifyUsers },
+      ['running'],
+      {
+        requestedBy: actor.principal.userId,
+      },
+    );
     if (!accepted)
       throw invalidState(await this.row(id), ['running'], 'the cluster changed state; fetch it again');
     this.#kick();
@@ -432,20 +444,23 @@ export class ClusterService {
       });
     }
     if (cluster.status === 'deleting') return cluster;
-    await this.beginDelete(cluster, options);
+    await this.beginDelete(cluster, options, actor.principal.userId);
     return this.row(id);
   }
 
   /** Also used for expiry (no actor). */
-  async beginDelete(cluster: Cluster, options: DeleteOptions): Promise<boolean> {
-    const accepted = await this.begin(cluster, 'delete', options, [
-      'pending',
-      'starting',
-      'running',
-      'stopping',
-      'stopped',
-      'error',
-    ]);
+  async beginDelete(
+    cluster: Cluster,
+    options: DeleteOptions,
+    requestedBy: string | null = null,
+  ): Promise<boolean> {
+    const accepted = await this.begin(
+      cluster,
+      'delete',
+      options,
+      ['pending', 'starting', 'running', 'stopping', 'stopped', 'error'],
+      { requestedBy },
+    );
     this.#kick();
     return accepted;
   }
@@ -460,15 +475,17 @@ export class ClusterService {
     kind: 'stop' | 'delete',
     options: StopOptions | DeleteOptions,
     from: string[],
+    by: { requestedBy: string | null },
   ): Promise<boolean> {
     const now = this.d.clock.now();
     const phases = kind === 'stop' ? [...STOP_PHASES] : [...DELETE_PHASES];
     return this.d.db.prisma.$transaction(async (tx: Tx) => {
-      const locked = await tx.$queryRawUnsafe<{ status: string }[]>(
-        'SELECT status FROM clusters WHERE id = $1 AND deleted_at IS NULL FOR UPDATE',
+      const locked = await tx.$queryRawUnsafe<{ status: string; operation: Operation | null }[]>(
+        'SELECT status, operation FROM clusters WHERE id = $1 AND deleted_at IS NULL FOR UPDATE',
         cluster.id,
       );
       const status = locked[0]?.status;
+      const previous = locked[0]?.operation ?? null;
       if (!status || !from.includes(status)) return false;
       const session = await closeSession(tx, cluster, now, kind === 'stop' ? 'stopped' : 'deleted');
       const billing: BillingCutoff = {
@@ -506,7 +523,26 @@ export class ClusterService {
         notes: [],
         runner: null,
         lease_until: null,
+        requested_by: by.requestedBy,
       };
+      if (kind === 'stop') {
+        operation.notifications = pendingNotifications((options as StopOptions).notify_users);
+      } else {
+        operation.snapshot_cleanup = snapshotCleanupOf(options as DeleteOptions);
+        // A delete taking over an unfinished stop still owes that stop's notifications: it failed.
+        const owed = previous?.kind === 'stop' ? previous.notifications : null;
+        if (status === 'stopping' && previous && owed && owed.state !== 'done') {
+          operation.notifications = owed;
+          operation.interrupted_stop = {
+            started_at: previous.started_at,
+            completed_at: null,
+            options: previous.options as StopOptions,
+            snapshot: previous.snapshot,
+            notes: previous.notes,
+            requested_by: previous.requested_by ?? null,
+          };
+        }
+      }
       await tx.cluster.update({
         where: { id: cluster.id },
         data: {

@@ -164,16 +164,24 @@ export class ClusterSupervisor {
       return;
     }
     if (phase === 'running') {
-      const now = this.d.clock.now();
-      const started = await this.d.db.prisma.cluster.updateMany({
-        where: { id, status: 'starting' },
-        data: { status: 'running', statusReason: null, sessionStartedAt: now, updatedAt: now },
-      });
-      if (started.count > 0)
-        this.d.logger().info({ clusterId: id }, 'cluster running: billing session opened');
+      await this.markRunning(id);
       return;
     }
     if (phase === 'failed' || phase === 'exited') await this.d.service.fail(id, failureReason(phase, actual));
+  }
+
+  /**
+   * starting → running, opening the billing session: the agent reported the container running. Called by
+   * the pass, and at once when the agent's report arrives (so a create is not held up by the pass's timer);
+   * a report counts only from the host the cluster is placed on.
+   */
+  async markRunning(id: string, fromHostId?: string): Promise<void> {
+    const now = this.d.clock.now();
+    const started = await this.d.db.prisma.cluster.updateMany({
+      where: { id, status: 'starting', ...(fromHostId ? { hostId: fromHostId } : {}) },
+      data: { status: 'running', statusReason: null, sessionStartedAt: now, updatedAt: now },
+    });
+    if (started.count > 0) this.d.logger().info({ clusterId: id }, 'cluster running: billing session opened');
   }
 
   #operate(id: string): void {
@@ -203,7 +211,8 @@ export class ClusterSupervisor {
     });
     // Fairness: once an older cluster could not be placed, a younger one asking for as many GPUs of the same
     // type in the same region waits behind it (a capacity freed mid-pass goes to the oldest); smaller
-    // requests may still fill the gaps.
+    // requests may still fill the gaps. The placement statement holds every create and replica to the same
+    // order, and to the queue heads' reservations (scheduler/reservations.ts); skipping here saves attempts.
     const smallestUnplaced = new Map<string, number>();
     for (const { id, gpuType, gpuCount, region } of pending) {
       const key = `${gpuType}\u0000${region ?? ''}`;

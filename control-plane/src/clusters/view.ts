@@ -2,6 +2,8 @@ import { sessionCost } from '../billing/sessions.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import { type Operation, progressOf } from './operation.ts';
 import type { PortRequest } from './requests.ts';
+import type { SnapshotCleanup } from './snapshots.ts';
+import type { StopNotifications } from './stop-notifications.ts';
 import type { ClusterViewParts } from './view-parts.ts';
 
 export interface ClusterView {
@@ -39,6 +41,8 @@ export interface ClusterView {
     started_at: string;
     completed_at: string | null;
     notes: string[];
+    notifications: StopNotifications | null;
+    snapshot_cleanup: SnapshotCleanup | null;
   } | null;
   created_at: string;
   updated_at: string;
@@ -131,6 +135,8 @@ export async function clusterView(
           started_at: op.started_at,
           completed_at: op.completed_at,
           notes: op.notes,
+          notifications: op.notifications ?? null,
+          snapshot_cleanup: op.snapshot_cleanup ?? null,
         }
       : null,
     created_at: cluster.createdAt.toISOString(),

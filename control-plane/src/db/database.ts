@@ -8,7 +8,11 @@ import { PrismaClient } from './generated/client.ts';
 
 /** A raw SQL executor, for the migrator and the few hot paths that bypass Prisma. */
 export interface Sql {
-  query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
+  /**
+   * `name` makes it a prepared statement on PostgreSQL: parsed and planned once per connection (PGlite
+   * runs in-process and ignores it). A name must always be used with the same text.
+   */
+  query<T = Record<string, unknown>>(text: string, params?: unknown[], name?: string): Promise<T[]>;
   /** Runs a script of several statements (no parameters). */
   exec(script: string): Promise<void>;
 }
@@ -86,8 +90,9 @@ export function openPostgres(connectionString: string, poolSize = 10): Database 
     kind: 'postgres',
     prisma,
     sql: {
-      async query<T>(text: string, params: unknown[] = []) {
-        return (await pool.query(text, params)).rows as T[];
+      async query<T>(text: string, params: unknown[] = [], name?: string) {
+        return (await pool.query(name ? { name, text, values: params } : { text, values: params }))
+          .rows as T[];
       },
       async exec(script) {
         await pool.query(script);
@@ -113,8 +118,9 @@ export function openPostgres(connectionString: string, poolSize = 10): Database 
       const client = await pool.connect();
       try {
         return await work({
-          async query<T>(text: string, params: unknown[] = []) {
-            return (await client.query(text, params)).rows as T[];
+          async query<T>(text: string, params: unknown[] = [], name?: string) {
+            return (await client.query(name ? { name, text, values: params } : { text, values: params }))
+              .rows as T[];
           },
           async exec(script) {
             await client.query(script);

@@ -303,6 +303,7 @@ describe('migrator', () => {
           expiresAt: at,
           hostId: 'host_fixture',
           gpuIndices: [0, 3],
+          queuedAt: at,
           hourlyRate: 6.5,
           sessionStartedAt: at,
           operation: { kind: 'stop', phase: 'completed', percentage: 100 },
@@ -349,6 +350,7 @@ describe('migrator', () => {
           cpuThreads: 16,
           memoryGb: 125.5,
           diskGb: 900,
+          freeIndices: [0, 1],
           freeCount: 2,
           digest: 'd',
           updatedAt: at,
@@ -360,6 +362,24 @@ describe('migrator', () => {
             where: { hostId_gpuType: { hostId: data.hostId, gpuType: 'H100' } },
           }),
         ];
+      },
+      HostAllocation: async () => {
+        const data = {
+          hostId: 'host_capacity_fixture',
+          usedCpuCores: 4,
+          usedMemoryGb: 16,
+          usedStorageGb: 100,
+          reservedBy: 'cluster_fixture',
+          reservedGpuType: 'H100',
+          reservedGpuCount: 2,
+          reservedCpuCores: 8,
+          reservedMemoryGb: 64,
+          reservedStorageGb: 200,
+          reservedAt: at,
+          updatedAt: at,
+        };
+        await prisma.hostAllocation.create({ data });
+        return [data, await prisma.hostAllocation.findUniqueOrThrow({ where: { hostId: data.hostId } })];
       },
       ClusterTemplate: async () => {
         const data = {
@@ -701,6 +721,21 @@ describe('migrator', () => {
         };
         await prisma.proxySession.create({ data });
         return [data, await prisma.proxySession.findUniqueOrThrow({ where: { tokenHash: data.tokenHash } })];
+      },
+      ProxyAccessLog: async () => {
+        const data = {
+          clusterId: 'cluster_fixture',
+          at,
+          clientIp: '2001:db8::7',
+          userId: null,
+          method: 'GET',
+          path: '/lab?x=1',
+          statusCode: 429,
+          responseTimeMs: 1.25,
+          userAgent: 'curl/8',
+        };
+        const created = await prisma.proxyAccessLog.create({ data });
+        return [data, await prisma.proxyAccessLog.findUniqueOrThrow({ where: { id: created.id } })];
       },
     };
     const models = Object.values(Prisma.ModelName).sort();

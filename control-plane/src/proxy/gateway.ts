@@ -1,16 +1,16 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import { request as httpRequest } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ApiError } from '@anvil/shared';
 import type { Logger } from 'pino';
 import type { ProxyPortMapping } from '../db/generated/client.ts';
+import type { ProxyLimit } from './rate-limiter.ts';
 import type { ProxyService } from './service.ts';
 import { SESSION_COOKIE } from './sessions.ts';
 import type { Route } from './store.ts';
 import type { ProxyTls } from './tls.ts';
-import { type MappingAccess, rateLimitOf, securityHeadersOf } from './types.ts';
+import { type MappingAccess, rateLimitOf } from './types.ts';
 
 /** Paths the proxy answers itself on every mapping host (never forwarded). */
 export const LOGIN_PATH = '/__anvil/login';
@@ -62,6 +62,9 @@ interface Admitted {
 
 /** A refusal answered by the proxy itself: JSON `{error, message, details}` with the status. */
 class Refusal {
+  /** The authenticated user refused (over a rate limit), for the access log. */
+  user: string | null = null;
+
   constructor(
     readonly status: number,
     readonly code: string,
@@ -176,6 +179,7 @@ export class ProxyGateway {
       if (refusal.status >= 500)
         this.logger.warn({ err: error, cluster_id: clusterId }, 'proxy request failed');
       sendRefusal(res, refusal);
+      userId ??= refusal.user;
       finish(refusal.status);
     }
   }
@@ -233,24 +237,31 @@ export class ProxyGateway {
       throw new Refusal(403, 'FORBIDDEN', 'this port is open to listed roles only (allowed_roles)');
     }
 
-    const nowMs = this.proxy.clock.now().getTime();
-    const limits: [string, ReturnType<typeof rateLimitOf>, string][] = [
-      [`g:${clusterId}`, rateLimitOf(route.settings.globalRateLimit), 'global_limit'],
-      [`u:${clusterId}:${caller.visitor}`, rateLimitOf(route.settings.perUserRateLimit), 'per_user_limit'],
-      [`m:${mapping.id}:${caller.visitor}`, access.rate_limit, 'port rate_limit'],
-    ];
-    for (const [key, limit, name] of limits) {
-      if (!limit) continue;
-      const wait = this.proxy.buckets.take(key, limit, nowMs);
-      if (wait > 0) {
-        throw new Refusal(
+    const limits: ProxyLimit[] = [];
+    const global = rateLimitOf(route.settings.globalRateLimit);
+    if (global) limits.push({ bucket: `g:${clusterId}`, limit: global, name: 'global_limit' });
+    const perUser = rateLimitOf(route.settings.perUserRateLimit);
+    if (perUser)
+      limits.push({ bucket: `u:${clusterId}:${caller.visitor}`, limit: perUser, name: 'per_user_limit' });
+    if (access.rate_limit) {
+      limits.push({
+        bucket: `m:${mapping.id}:${caller.visitor}`,
+        limit: access.rate_limit,
+        name: 'port rate_limit',
+      });
+    }
+    if (limits.length > 0) {
+      const refused = await this.proxy.rateLimits.admit(limits, this.proxy.clock.now().getTime());
+      if (refused) {
+        const refusal = new Refusal(
           429,
           'RATE_LIMITED',
-          `over the ${name} of ${limit.requests_per_minute} requests per minute`,
-          {
-            'retry-after': String(wait),
-          },
+          `over the ${refused.name} of ${refused.limit.requests_per_minute} requests per minute ` +
+            `(burst ${refused.limit.burst_size})`,
+          { 'retry-after': String(refused.retryAfterSeconds) },
         );
+        refusal.user = caller.userId;
+        throw refusal;
       }
     }
     return { route, mapping, access, caller, headers };
@@ -331,67 +342,63 @@ export class ProxyGateway {
     done: (status: number) => void,
   ) {
     const { route, mapping, access } = admitted;
-    const headers = forwardedHeaders(admitted.headers, req);
-    const upstream = httpRequest({
-      agent: this.proxy.pool.agent(route.cluster.id, mapping.internalPort),
-      method: req.method,
-      path: req.url,
-      headers,
-      setHost: false,
-    });
-    let answered = false;
-    upstream.on('response', (upstreamRes) => {
-      answered = true;
-      const out: string[] = [];
-      const raw = upstreamRes.rawHeaders;
-      const connectionListed = listedInConnection(upstreamRes.headers.connection);
-      for (let i = 0; i < raw.length; i += 2) {
-        const name = raw[i]!.toLowerCase();
-        if (HOP_BY_HOP.has(name) || connectionListed.has(name)) continue;
-        out.push(raw[i]!, raw[i + 1]!);
-      }
-      for (const [name, value] of Object.entries(this.addedHeaders(route, access, req.headers.origin))) {
-        for (let i = out.length - 2; i >= 0; i -= 2) if (out[i]!.toLowerCase() === name) out.splice(i, 2);
-        out.push(name, value);
-      }
-      res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
-      upstreamRes.pipe(res);
-      upstreamRes.on('error', () => res.destroy());
-      res.on('finish', () => done(upstreamRes.statusCode ?? 502));
-    });
-    upstream.on('error', (error: Error) => {
-      if (answered) {
-        res.destroy();
-        return;
-      }
-      const refusal = toRefusal(error);
-      this.logger.debug({ err: error, cluster_id: route.cluster.id }, 'proxy upstream failed');
-      sendRefusal(res, refusal);
-      done(refusal.status);
-    });
-    res.on('close', () => {
-      if (!res.writableFinished) upstream.destroy();
-    });
-    req.pipe(upstream);
+    const length = req.headers['content-length'];
+    const hasBody =
+      req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+    let status = 502;
+    this.proxy.pool
+      .pool(route.cluster.id, mapping.internalPort)
+      .stream(
+        {
+          path: req.url ?? '/',
+          method: req.method ?? 'GET',
+          headers: forwardedHeaders(admitted.headers, req) as Record<string, string | string[]>,
+          body: hasBody ? req : null,
+        },
+        ({ statusCode, headers }) => {
+          status = statusCode;
+          res.writeHead(statusCode, this.responseHeaders(headers, route, access, req.headers.origin));
+          return res;
+        },
+      )
+      .then(
+        () => done(status),
+        (error: Error) => {
+          if (res.headersSent) {
+            // The container or the client went away mid-body.
+            res.destroy();
+            done(status);
+            return;
+          }
+          const refusal = toRefusal(error);
+          this.logger.debug({ err: error, cluster_id: route.cluster.id }, 'proxy upstream failed');
+          sendRefusal(res, refusal);
+          done(refusal.status);
+        },
+      );
   }
 
-  private addedHeaders(
+  /** The container's response headers without hop-by-hop ones, with security and CORS headers added. */
+  private responseHeaders(
+    upstream: Record<string, string | string[] | undefined>,
     route: Route,
     access: MappingAccess,
     origin: string | undefined,
-  ): Record<string, string> {
-    const headers: Record<string, string> = {};
-    const security = securityHeadersOf(route.settings.securityHeaders);
-    if (security.hsts_enabled) headers['strict-transport-security'] = 'max-age=31536000';
-    if (security.content_security_policy)
-      headers['content-security-policy'] = security.content_security_policy;
-    if (security.x_frame_options) headers['x-frame-options'] = security.x_frame_options;
-    if (origin && access.cors.enabled && originAllowed(access, origin)) {
-      headers['access-control-allow-origin'] = origin;
-      headers['access-control-allow-credentials'] = 'true';
-      headers['vary'] = 'Origin';
+  ): Record<string, string | string[]> {
+    const listed = upstream['connection'] === undefined ? null : listedInConnection(upstream['connection']);
+    const out: Record<string, string | string[]> = {};
+    for (const name in upstream) {
+      const value = upstream[name];
+      if (value === undefined || HOP_BY_HOP.has(name) || listed?.has(name)) continue;
+      out[name] = value;
     }
-    return headers;
+    for (const [name, value] of route.securityHeaders) out[name] = value;
+    if (origin && access.cors.enabled && originAllowed(access, origin)) {
+      out['access-control-allow-origin'] = origin;
+      out['access-control-allow-credentials'] = 'true';
+      out['vary'] = 'Origin';
+    }
+    return out;
   }
 
   /** WebSocket (any Upgrade): the same checks, then the raw bytes both ways over a dedicated tunnel. */
@@ -438,7 +445,10 @@ export class ProxyGateway {
       for (const [name, value] of Object.entries(refusal.headers)) text += `${name}: ${value}\r\n`;
       socket.end(`${text}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
       if (target)
-        this.proxy.traffic.log(target.clusterId, this.entry(req, clientIp, null, refusal.status, started));
+        this.proxy.traffic.log(
+          target.clusterId,
+          this.entry(req, clientIp, refusal.user, refusal.status, started),
+        );
     }
   }
 
@@ -461,13 +471,7 @@ export class ProxyGateway {
       throw new Refusal(403, 'FORBIDDEN', `address ${clientIp} is blocked`);
     const access = route.access.get(mapping.id)!.access;
     const minutes = access.session_timeout_minutes ?? route.settings.sessionTimeoutMinutes;
-    const session = await this.proxy.sessions.redeem(
-      ticket,
-      clusterId,
-      mapping.internalPort,
-      minutes,
-      route.settings.maxConcurrentSessions,
-    );
+    const session = await this.proxy.sessions.redeem(ticket, clusterId, mapping.internalPort, minutes);
     if (!session) throw new Refusal(401, 'UNAUTHORIZED', 'the login ticket is unknown, used or expired');
     const location = next.startsWith('/') && !next.startsWith('//') ? next : '/';
     res.writeHead(302, {
@@ -521,10 +525,14 @@ function listedInConnection(value: string | string[] | undefined): Set<string> {
 }
 
 function forwardedHeaders(input: IncomingHttpHeaders, req: IncomingMessage): IncomingHttpHeaders {
-  const listed = listedInConnection(input.connection);
+  const listed = input.connection === undefined ? null : listedInConnection(input.connection);
   const headers: IncomingHttpHeaders = {};
-  for (const [name, value] of Object.entries(input)) {
-    if (!HOP_BY_HOP.has(name) && !listed.has(name) && value !== undefined) headers[name] = value;
+  for (const name in input) {
+    const value = input[name];
+    if (value === undefined || HOP_BY_HOP.has(name) || listed?.has(name)) continue;
+    // The proxy's own HTTP server already answered 100 Continue; the container gets the body as it comes.
+    if (name === 'expect') continue;
+    headers[name] = value;
   }
   const clientIp = req.socket.remoteAddress ?? '';
   const prior = input['x-forwarded-for'];

@@ -37,6 +37,8 @@ export class IpRules {
   }
 
   matches(clientIp: string): boolean {
+    // Most lists are empty: skip the parsing on every request.
+    if (this.size === 0) return false;
     const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(clientIp);
     const address = mapped ? mapped[1]! : clientIp;
     const version = isIP(address);

@@ -3,9 +3,17 @@ import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import {
+  type CounterDelta,
+  type CounterRef,
+  type CounterStore,
+  counterKey,
+  SharedCounterLimiter,
+} from '../ratelimit/index.ts';
+import { ManualClock } from '../testing/clock.ts';
 import { parseProxyHost, readCookie } from './gateway.ts';
 import { IpRules, invalidCidrs } from './ip-rules.ts';
-import { TokenBuckets } from './rate-limiter.ts';
+import { ProxyRateLimits, windowCheck } from './rate-limiter.ts';
 import { certificateInfo, loadProxyTls } from './tls.ts';
 
 describe('proxy host names', () => {
@@ -49,16 +57,81 @@ describe('address rules', () => {
   });
 });
 
-describe('token buckets', () => {
-  it('allows a burst, then refuses with the seconds until the next token, and refills', () => {
-    const buckets = new TokenBuckets();
-    const limit = { requests_per_minute: 60, burst_size: 2 };
-    expect(buckets.take('k', limit, 0)).toBe(0);
-    expect(buckets.take('k', limit, 0)).toBe(0);
-    expect(buckets.take('k', limit, 0)).toBe(1);
-    expect(buckets.take('other', limit, 0)).toBe(0);
-    expect(buckets.take('k', limit, 1_000)).toBe(0);
-    expect(buckets.take('k', { requests_per_minute: 1, burst_size: 1 }, 1_000)).toBe(60);
+/** The shared counters in memory: what SqlCounterStore does, for one process. */
+class MemoryCounters implements CounterStore {
+  readonly counts = new Map<string, number>();
+  async add(deltas: readonly CounterDelta[]) {
+    const out = new Map<string, number>();
+    for (const d of deltas) {
+      const key = counterKey(d.bucket, d.windowStart);
+      out.set(key, (this.counts.get(key) ?? 0) + d.delta);
+      this.counts.set(key, out.get(key)!);
+    }
+    return out;
+  }
+  async read(refs: readonly CounterRef[]) {
+    return new Map(
+      refs.map((r) => [
+        counterKey(r.bucket, r.windowStart),
+        this.counts.get(counterKey(r.bucket, r.windowStart)) ?? 0,
+      ]),
+    );
+  }
+  async purgeExpired() {
+    return 0;
+  }
+}
+
+describe('proxy rate limits', () => {
+  it('count a limit as burst_size requests per burst_size / requests_per_minute minutes, at least 1 s', () => {
+    expect(windowCheck('m:p', { requests_per_minute: 6, burst_size: 2 })).toEqual({
+      bucket: 'proxy:m:p:20000',
+      windowMs: 20_000,
+      limit: 2,
+    });
+    expect(windowCheck('g:c', { requests_per_minute: 60, burst_size: 60 })).toMatchObject({
+      windowMs: 60_000,
+      limit: 60,
+    });
+    expect(windowCheck('g:c', { requests_per_minute: 10, burst_size: 100 })).toMatchObject({
+      windowMs: 600_000,
+      limit: 100,
+    });
+    // 600/min with a burst of 1 would be a 100 ms window: widened to 1 s holding 10.
+    expect(windowCheck('g:c', { requests_per_minute: 600, burst_size: 1 })).toMatchObject({
+      windowMs: 1_000,
+      limit: 10,
+    });
+  });
+
+  it('refuse with the seconds until the refusing window ends, counting a refused request nowhere', async () => {
+    const clock = new ManualClock(new Date('2026-03-01T00:00:00.000Z'));
+    const store = new MemoryCounters();
+    const limiter = new SharedCounterLimiter({ store, clock });
+    const limits = new ProxyRateLimits(limiter);
+    const now = () => clock.now().getTime();
+    const port = {
+      bucket: 'm:port_a:user:u',
+      limit: { requests_per_minute: 6, burst_size: 2 },
+      name: 'port',
+    };
+    const global = { bucket: 'g:c', limit: { requests_per_minute: 600, burst_size: 600 }, name: 'global' };
+    expect(await limits.admit([global, port], now())).toBeNull();
+    clock.advance(5_000);
+    expect(await limits.admit([global, port], now())).toBeNull();
+    expect(await limits.admit([global, port], now())).toEqual({
+      name: 'port',
+      limit: port.limit,
+      retryAfterSeconds: 15,
+    });
+    expect(await limits.admit([global], now())).toBeNull();
+    clock.advance(15_000);
+    expect(await limits.admit([global, port], now())).toBeNull();
+    expect(await limits.admit([], now())).toBeNull();
+    // The global window saw 4 admitted requests, the refused one not among them.
+    const windowStart = Date.parse('2026-03-01T00:00:00.000Z');
+    await limiter.sync();
+    expect(store.counts.get(counterKey('proxy:g:c:60000', windowStart))).toBe(4);
   });
 });
 

@@ -8,11 +8,12 @@ import type { ClusterViewParts } from '../clusters/view-parts.ts';
 import type { Config } from '../config.ts';
 import { type Cluster, Prisma, type ProxyPortMapping, type ProxySettings } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { SharedCounterLimiter, SqlCounterStore } from '../ratelimit/index.ts';
 import type { TunnelOpener } from '../tunnels/types.ts';
 import { ProxyGateway } from './gateway.ts';
 import { HealthScheduler } from './health.ts';
 import { invalidCidrs } from './ip-rules.ts';
-import { TokenBuckets } from './rate-limiter.ts';
+import { ProxyRateLimits } from './rate-limiter.ts';
 import { ProxySessions } from './sessions.ts';
 import { ProxyStore } from './store.ts';
 import { type CertificateInfo, certificateInfo, loadProxyTls, type ProxyTls } from './tls.ts';
@@ -92,15 +93,17 @@ export class ProxyService {
   readonly store: ProxyStore;
   readonly sessions: ProxySessions;
   readonly traffic: TrafficRecorder;
-  readonly buckets = new TokenBuckets();
+  /** Counters shared with every other control-plane process (rate_limit_counters). */
+  readonly limiter: SharedCounterLimiter;
+  readonly rateLimits: ProxyRateLimits;
   readonly pool: UpstreamPool;
   readonly clusters: ClusterAccess;
   private readonly health: HealthScheduler;
   private readonly gateway: ProxyGateway;
   private tunnelOverride: TunnelOpener | null = null;
   private tls: ProxyTls | null = null;
-  private timer: NodeJS.Timeout | null = null;
   private readonly keyCache = new Map<string, { userId: string; role: string; at: number }>();
+  private readonly keyChecks = new Map<string, Promise<{ userId: string; role: string; at: number }>>();
   private readonly roles = new Map<string, { role: string | null; at: number }>();
 
   constructor(private readonly options: ProxyServiceOptions) {
@@ -108,7 +111,14 @@ export class ProxyService {
     this.clock = options.clock;
     this.store = new ProxyStore(options.db, options.clock);
     this.sessions = new ProxySessions(options.db, options.clock);
-    this.traffic = new TrafficRecorder(options.db, options.clock);
+    const background = options.logger.child({ component: 'proxy-traffic' });
+    this.traffic = new TrafficRecorder({ sql: options.db.sql, clock: options.clock, logger: background });
+    this.limiter = new SharedCounterLimiter({
+      store: new SqlCounterStore(options.db.sql),
+      clock: options.clock,
+      logger: background,
+    });
+    this.rateLimits = new ProxyRateLimits(this.limiter);
     this.clusters = new ClusterAccess(options.db, options.access);
     this.pool = new UpstreamPool(() => this.tunnelOverride ?? options.tunnels() ?? unavailableTunnels);
     this.health = new HealthScheduler({
@@ -138,12 +148,9 @@ export class ProxyService {
       keyFile: config.proxyTlsKey,
     });
     await this.gateway.listen(this.tls, config.proxyPort, config.host);
+    await this.limiter.start();
+    this.traffic.start();
     this.health.start();
-    this.timer = setInterval(() => {
-      void this.traffic.flush();
-      this.buckets.sweep(this.clock.now().getTime());
-    }, 2_000);
-    this.timer.unref();
     this.options.logger.info(
       { port: this.gateway.port, domain: this.domain, tls: this.tls.source },
       'HTTPS port proxy listening',
@@ -151,12 +158,11 @@ export class ProxyService {
   }
 
   async stop(graceMs = 5_000): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
     await this.health.stop();
     await this.gateway.close(graceMs);
     this.pool.destroy();
-    await this.traffic.flush();
+    await this.limiter.stop();
+    await this.traffic.stop();
   }
 
   /** The port the proxy listens on (null before start). */
@@ -192,15 +198,27 @@ export class ProxyService {
     const nowMs = this.clock.now().getTime();
     const cached = this.keyCache.get(cacheKey);
     if (cached && nowMs - cached.at < 5_000) return cached;
+    // Requests arriving while the key is being checked share the check rather than each querying.
+    let check = this.keyChecks.get(cacheKey);
+    if (!check) {
+      check = this.checkKey(authorization, clusterId, ip, nowMs).finally(() =>
+        this.keyChecks.delete(cacheKey),
+      );
+      this.keyChecks.set(cacheKey, check);
+    }
+    const entry = await check;
+    this.keyCache.set(cacheKey, entry);
+    if (this.keyCache.size > 10_000) this.keyCache.clear();
+    return entry;
+  }
+
+  private async checkKey(authorization: string, clusterId: string, ip: string, nowMs: number) {
     const principal = await this.options.keys.resolve(authorization.replace(/^Bearer\s+/i, 'Bearer '));
     if (!principal.scopes.includes('clusters')) {
       throw new ApiError('FORBIDDEN', 'this API key is not scoped to clusters', { scope: 'clusters' });
     }
     await this.clusters.require({ principal, ip }, clusterId, 'read');
-    const entry = { userId: principal.userId, role: principal.userRole, at: nowMs };
-    this.keyCache.set(cacheKey, entry);
-    if (this.keyCache.size > 10_000) this.keyCache.clear();
-    return entry;
+    return { userId: principal.userId, role: principal.userRole, at: nowMs };
   }
 
   async roleOf(userId: string): Promise<string | null> {
@@ -248,7 +266,7 @@ export class ProxyService {
       },
     };
     if (include.ssl) data['ssl_certificate'] = this.certificate;
-    if (include.accessLogs) data['access_logs'] = this.traffic.accessLogs(clusterId);
+    if (include.accessLogs) data['access_logs'] = await this.traffic.accessLogs(clusterId);
     return {
       data,
       meta: {
@@ -585,7 +603,7 @@ function jsonOrNull(value: RateLimit | null): Prisma.InputJsonValue | typeof Pri
 }
 
 function latest(dates: Date[]): Date {
-  return dates.reduce((a, b) => (b > a ? b : a));
+  return new Date(Math.max(...dates.map((date) => date.getTime())));
 }
 
 /**

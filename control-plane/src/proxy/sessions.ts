@@ -5,6 +5,9 @@ import type { Database } from '../db/index.ts';
 
 /** Name of the host-only cookie the proxy sets on `<cluster>-<port>.<domain>`; never forwarded. */
 export const SESSION_COOKIE = 'anvil_proxy_session';
+/** Logins waiting for the cluster's lock queue for their connection rather than fail after Prisma's 2 s. */
+const TX_OPTIONS = { maxWait: 10_000, timeout: 10_000 } as const;
+
 /** A login ticket is good for one redemption within this time. */
 export const TICKET_TTL_MS = 60_000;
 
@@ -43,51 +46,60 @@ export class ProxySessions {
 
   /**
    * Redeems a ticket for `clusterId`/`internalPort` into a session cookie value. Refused (null) when
-   * unknown, used, expired or for another mapping; 429 SESSION_LIMIT_EXCEEDED when the cluster already
-   * has `maxSessions` live sessions.
+   * unknown, used, expired or for another mapping; 429 RATE_LIMITED (reason max_concurrent_sessions) when
+   * the cluster already has its max_concurrent_sessions live sessions.
    */
   async redeem(
     ticket: string,
     clusterId: string,
     internalPort: number,
     timeoutMinutes: number,
-    maxSessions: number | null,
   ): Promise<{ cookie: string; expiresAt: Date } | null> {
     const now = this.clock.now();
     const row = await this.db.prisma.proxySession.findUnique({ where: { tokenHash: hashOf(ticket) } });
-    if (!row || row.kind !== 'ticket') return null;
+    if (row?.kind !== 'ticket') return null;
     const deleted = await this.db.prisma.proxySession.deleteMany({ where: { tokenHash: row.tokenHash } });
     if (deleted.count !== 1 || row.expiresAt <= now) return null;
     if (row.clusterId !== clusterId || row.internalPort !== internalPort) return null;
     await this.db.prisma.proxySession.deleteMany({ where: { kind: 'session', expiresAt: { lte: now } } });
-    if (maxSessions !== null) {
-      const live = await this.db.prisma.proxySession.count({
-        where: { clusterId, kind: 'session', expiresAt: { gt: now } },
-      });
-      if (live >= maxSessions) {
-        throw new ApiError(
-          'RATE_LIMITED',
-          `this cluster already has ${live} proxy sessions (max ${maxSessions})`,
-          {
-            reason: 'max_concurrent_sessions',
-            max_concurrent_sessions: maxSessions,
-          },
-        );
-      }
-    }
     const cookie = randomBytes(32).toString('base64url');
     const expiresAt = new Date(now.getTime() + timeoutMinutes * 60_000);
-    await this.db.prisma.proxySession.create({
-      data: {
-        tokenHash: hashOf(cookie),
-        kind: 'session',
+    await this.db.prisma.$transaction(async (tx) => {
+      // Count and insert under the lock of the cluster's settings row, reading the limit there too:
+      // logins redeemed at once, on one control-plane process or several, cannot all see room for one
+      // more, and a limit just changed through another process applies at once.
+      const locked = await tx.$queryRawUnsafe<{ max: number | null }[]>(
+        'SELECT max_concurrent_sessions AS max FROM proxy_settings WHERE cluster_id = $1 FOR UPDATE',
         clusterId,
-        internalPort,
-        userId: row.userId,
-        keyId: row.keyId,
-        expiresAt,
-      },
-    });
+      );
+      const maxSessions = locked[0]?.max ?? null;
+      if (maxSessions !== null) {
+        const live = await tx.proxySession.count({
+          where: { clusterId, kind: 'session', expiresAt: { gt: now } },
+        });
+        if (live >= maxSessions) {
+          throw new ApiError(
+            'RATE_LIMITED',
+            `this cluster already has ${live} proxy sessions (max ${maxSessions})`,
+            {
+              reason: 'max_concurrent_sessions',
+              max_concurrent_sessions: maxSessions,
+            },
+          );
+        }
+      }
+      await tx.proxySession.create({
+        data: {
+          tokenHash: hashOf(cookie),
+          kind: 'session',
+          clusterId,
+          internalPort,
+          userId: row.userId,
+          keyId: row.keyId,
+          expiresAt,
+        },
+      });
+    }, TX_OPTIONS);
     return { cookie, expiresAt };
   }
 

@@ -3,7 +3,7 @@ import type { Clock } from '../auth/clock.ts';
 import type { Cluster, ProxyPortMapping, ProxySettings } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { IpRules } from './ip-rules.ts';
-import { EXTERNAL_PORT_RANGE, type MappingAccess, mappingAccessOf } from './types.ts';
+import { EXTERNAL_PORT_RANGE, type MappingAccess, mappingAccessOf, securityHeadersOf } from './types.ts';
 
 /** What the proxy needs to route one request for a cluster, compiled once and cached briefly. */
 export interface Route {
@@ -13,6 +13,18 @@ export interface Route {
   blocked: IpRules;
   whitelist: IpRules;
   access: Map<string, { access: MappingAccess; whitelist: IpRules }>;
+  /** HSTS, CSP and X-Frame-Options as configured: added to every forwarded response. */
+  securityHeaders: [name: string, value: string][];
+}
+
+function securityHeaderList(stored: unknown): [string, string][] {
+  const security = securityHeadersOf(stored);
+  const list: [string, string][] = [];
+  if (security.hsts_enabled) list.push(['strict-transport-security', 'max-age=31536000']);
+  if (security.content_security_policy)
+    list.push(['content-security-policy', security.content_security_policy]);
+  if (security.x_frame_options) list.push(['x-frame-options', security.x_frame_options]);
+  return list;
 }
 
 /** How long a compiled route is trusted; writes through this process invalidate it at once. */
@@ -24,6 +36,8 @@ const ROUTE_TTL_MS = 2_000;
  */
 export class ProxyStore {
   private readonly routes = new Map<string, { route: Route | null; at: number }>();
+  /** Loads in flight: requests arriving meanwhile share them instead of each querying the database. */
+  private readonly loading = new Map<string, Promise<Route | null>>();
 
   constructor(
     private readonly db: Database,
@@ -32,6 +46,8 @@ export class ProxyStore {
 
   invalidate(clusterId: string): void {
     this.routes.delete(clusterId);
+    // A load that started before the change may have read the old rows: it must not be cached.
+    this.loading.delete(clusterId);
   }
 
   /** The settings row, creating it (and the seeded mappings) on first use. */
@@ -79,11 +95,37 @@ export class ProxyStore {
     });
   }
 
-  /** The compiled route for a cluster, or null when it does not exist (or is deleted). */
-  async route(clusterId: string): Promise<Route | null> {
+  /**
+   * The compiled route for a cluster, or null when it does not exist (or is deleted): never older than
+   * ROUTE_TTL_MS. Past half of that, requests keep getting the cached route while one load refreshes it,
+   * so steady traffic never queues behind the database; a route invalidated by a change through this
+   * process is loaded before use.
+   */
+  route(clusterId: string): Promise<Route | null> {
     const now = this.clock.now().getTime();
     const cached = this.routes.get(clusterId);
-    if (cached && now - cached.at < ROUTE_TTL_MS) return cached.route;
+    const age = cached ? now - cached.at : Number.POSITIVE_INFINITY;
+    if (age < ROUTE_TTL_MS / 2) return Promise.resolve(cached!.route);
+    let pending = this.loading.get(clusterId);
+    if (!pending) {
+      const load: Promise<Route | null> = this.load(clusterId).then((route) => {
+        if (this.loading.get(clusterId) === load) {
+          this.loading.delete(clusterId);
+          this.routes.set(clusterId, { route, at: now });
+          if (this.routes.size > 10_000) this.routes.delete(this.routes.keys().next().value!);
+        }
+        return route;
+      });
+      load.catch(() => {
+        if (this.loading.get(clusterId) === load) this.loading.delete(clusterId);
+      });
+      this.loading.set(clusterId, load);
+      pending = load;
+    }
+    return age < ROUTE_TTL_MS ? Promise.resolve(cached!.route) : pending;
+  }
+
+  private async load(clusterId: string): Promise<Route | null> {
     const cluster = await this.db.prisma.cluster.findFirst({ where: { id: clusterId, deletedAt: null } });
     let route: Route | null = null;
     if (cluster) {
@@ -106,10 +148,9 @@ export class ProxyStore {
             return [m.id, { access, whitelist: new IpRules(access.ip_whitelist) }];
           }),
         ),
+        securityHeaders: securityHeaderList(settings.securityHeaders),
       };
     }
-    this.routes.set(clusterId, { route, at: now });
-    if (this.routes.size > 10_000) this.routes.delete(this.routes.keys().next().value!);
     return route;
   }
 }

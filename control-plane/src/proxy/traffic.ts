@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Clock } from '../auth/clock.ts';
-import type { Database } from '../db/index.ts';
+import type { Sql } from '../db/index.ts';
+import { type BackgroundLogger, coalesced, silentLogger } from '../util/coalesce.ts';
 
 export interface AccessLogEntry {
   timestamp: string;
@@ -14,96 +15,385 @@ export interface AccessLogEntry {
   user_agent: string | null;
 }
 
-interface Pending {
+/**
+ * Access log entries the API shows per cluster (the newest), kept per cluster in the database and
+ * buffered per cluster between flushes: the newest of all replicas are always among the newest of each.
+ */
+export const ACCESS_LOG_CAPACITY = 100;
+/** No access log entry is kept longer than this. */
+export const ACCESS_LOG_RETENTION_MS = 7 * 86_400_000;
+
+/** The newest `capacity` items pushed, oldest first when drained. */
+class Ring<T> {
+  private items: T[] = [];
+  private next = 0;
+
+  constructor(private readonly capacity: number) {}
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  push(item: T): void {
+    if (this.items.length < this.capacity) {
+      this.items.push(item);
+      return;
+    }
+    this.items[this.next] = item;
+    this.next = (this.next + 1) % this.capacity;
+  }
+
+  drain(): T[] {
+    const ordered =
+      this.next === 0 ? this.items : [...this.items.slice(this.next), ...this.items.slice(0, this.next)];
+    this.items = [];
+    this.next = 0;
+    return ordered;
+  }
+}
+
+interface PortUsage {
   requests: number;
   responseMs: number;
-  lastAccessed: Date;
+  lastAccessed: number;
+  /** sha256 of visitors first seen by this process since the last flush. */
   visitors: Set<string>;
 }
 
-/** Entries kept per cluster (newest last). */
-export const ACCESS_LOG_CAPACITY = 500;
+export interface TrafficRecorderOptions {
+  sql: Sql;
+  clock: Clock;
+  /** Buffered traffic is written at least this often. */
+  flushIntervalMs?: number;
+  /** How often entries past retention (age, or beyond ACCESS_LOG_CAPACITY per cluster) are deleted. */
+  purgeIntervalMs?: number;
+  /** Entries buffered across all clusters while the database cannot be written; beyond it new ones drop. */
+  maxBufferedEntries?: number;
+  /** Port mappings with buffered usage counts, likewise. */
+  maxBufferedPorts?: number;
+  logger?: BackgroundLogger;
+}
+
+/** Rows per INSERT statement. */
+const BATCH_ROWS = 1_000;
 
 /**
- * Real traffic through the proxy. Access logs are a ring buffer in this process (the last
- * ACCESS_LOG_CAPACITY requests per cluster, forwarded and refused alike; lost at restart). Usage
- * counters of forwarded requests and the visitors seen are persisted per mapping by a periodic flush.
+ * Real traffic through the proxy, written to the database in batches so every control-plane process
+ * sees the traffic of all of them.
+ *
+ * Access logs (every request, forwarded or refused) are buffered per cluster in a ring of the newest
+ * ACCESS_LOG_CAPACITY entries, so a flush writes at most that many per cluster whatever the request rate,
+ * and what the API shows (the newest ACCESS_LOG_CAPACITY of a cluster) is always among them. The table keeps the newest
+ * ACCESS_LOG_CAPACITY per cluster and nothing older than ACCESS_LOG_RETENTION_MS (purged on a timer).
+ * Usage counters of forwarded requests (count, summed response time, last access) and the visitors seen
+ * are summed per mapping and added to its row. Writes happen every `flushIntervalMs` (1 s), before the
+ * API reads, and at shutdown; what a write fails to store is kept (within the buffer bounds) for the next.
  */
 export class TrafficRecorder {
-  private readonly logs = new Map<string, AccessLogEntry[]>();
-  private readonly pending = new Map<string, Pending>();
+  private logs = new Map<string, Ring<AccessLogEntry>>();
+  private usage = new Map<string, PortUsage>();
+  /** Visitors known to be stored, per mapping (`port\nvisitor`), so their hash is computed once. */
   private readonly knownVisitors = new Set<string>();
-  private flushing: Promise<void> | null = null;
+  /** Clusters written since the last purge: the only ones whose count can exceed the capacity. */
+  private trimNext = new Set<string>();
+  private buffered = 0;
+  private dropped = 0;
+  private readonly sql: Sql;
+  private readonly clock: Clock;
+  private readonly flushIntervalMs: number;
+  private readonly purgeIntervalMs: number;
+  private readonly maxBufferedEntries: number;
+  private readonly maxBufferedPorts: number;
+  private logger: BackgroundLogger;
+  private timers: NodeJS.Timeout[] = [];
+  /** Writes everything buffered so far; concurrent calls share runs. */
+  readonly flush: () => Promise<void>;
 
-  constructor(
-    private readonly db: Database,
-    private readonly clock: Clock,
-  ) {}
-
-  log(clusterId: string, entry: AccessLogEntry): void {
-    let list = this.logs.get(clusterId);
-    if (!list) {
-      list = [];
-      this.logs.set(clusterId, list);
-    }
-    list.push(entry);
-    if (list.length > ACCESS_LOG_CAPACITY) list.splice(0, list.length - ACCESS_LOG_CAPACITY);
+  constructor(options: TrafficRecorderOptions) {
+    this.sql = options.sql;
+    this.clock = options.clock;
+    this.flushIntervalMs = options.flushIntervalMs ?? 1_000;
+    this.purgeIntervalMs = options.purgeIntervalMs ?? 60_000;
+    this.maxBufferedEntries = options.maxBufferedEntries ?? 50_000;
+    this.maxBufferedPorts = options.maxBufferedPorts ?? 10_000;
+    this.logger = options.logger ?? silentLogger;
+    this.flush = coalesced(() => this.write());
   }
 
-  accessLogs(clusterId: string, limit = 100): AccessLogEntry[] {
-    return (this.logs.get(clusterId) ?? []).slice(-limit).reverse();
+  useLogger(logger: BackgroundLogger): void {
+    this.logger = logger;
+  }
+
+  start(): void {
+    const every = (ms: number, run: () => Promise<void>) => {
+      const timer = setInterval(() => void run(), ms);
+      timer.unref();
+      this.timers.push(timer);
+    };
+    every(this.flushIntervalMs, () => this.flushQuietly());
+    every(this.purgeIntervalMs, () => this.purgeQuietly());
+  }
+
+  /** Stops the timers and writes what is still buffered. */
+  async stop(): Promise<void> {
+    for (const timer of this.timers) clearInterval(timer);
+    this.timers = [];
+    await this.flushQuietly();
+  }
+
+  /** Entries dropped because the buffer was full (the database unreachable for long). */
+  get droppedEntries(): number {
+    return this.dropped;
+  }
+
+  log(clusterId: string, entry: AccessLogEntry): void {
+    let ring = this.logs.get(clusterId);
+    if (!ring) {
+      ring = new Ring(ACCESS_LOG_CAPACITY);
+      this.logs.set(clusterId, ring);
+    }
+    if (ring.size < ACCESS_LOG_CAPACITY) {
+      if (this.buffered >= this.maxBufferedEntries) {
+        this.dropped++;
+        return;
+      }
+      this.buffered++;
+    }
+    ring.push(entry);
   }
 
   /** A request forwarded to the container through mapping `portId` and answered. */
   forwarded(portId: string, visitor: string, responseMs: number): void {
-    let pending = this.pending.get(portId);
-    if (!pending) {
-      pending = { requests: 0, responseMs: 0, lastAccessed: this.clock.now(), visitors: new Set() };
-      this.pending.set(portId, pending);
+    let usage = this.usage.get(portId);
+    if (!usage) {
+      if (this.usage.size >= this.maxBufferedPorts) {
+        this.dropped++;
+        return;
+      }
+      usage = { requests: 0, responseMs: 0, lastAccessed: 0, visitors: new Set() };
+      this.usage.set(portId, usage);
     }
-    pending.requests++;
-    pending.responseMs += responseMs;
-    pending.lastAccessed = this.clock.now();
-    const hashed = createHash('sha256').update(visitor).digest('hex');
-    if (!this.knownVisitors.has(`${portId}:${hashed}`)) pending.visitors.add(hashed);
+    usage.requests++;
+    usage.responseMs += responseMs;
+    usage.lastAccessed = this.clock.now().getTime();
+    const known = `${portId}\n${visitor}`;
+    if (!this.knownVisitors.has(known)) {
+      usage.visitors.add(createHash('sha256').update(visitor).digest('hex'));
+      if (this.knownVisitors.size >= 100_000) this.knownVisitors.clear();
+      this.knownVisitors.add(known);
+    }
   }
 
-  /** Writes pending counters and visitors (on a timer, before API reads, at shutdown). */
-  flush(): Promise<void> {
-    this.flushing ??= this.write().finally(() => {
-      this.flushing = null;
-    });
-    return this.flushing;
+  /** The newest `limit` entries of a cluster from every process, newest first (after this one's flush). */
+  async accessLogs(clusterId: string, limit = ACCESS_LOG_CAPACITY): Promise<AccessLogEntry[]> {
+    await this.flush();
+    const rows = await this.sql.query<{
+      at: Date | string;
+      client_ip: string;
+      user_id: string | null;
+      method: string;
+      path: string;
+      status_code: number;
+      response_time_ms: number;
+      user_agent: string | null;
+    }>(
+      `SELECT at, client_ip, user_id, method, path, status_code, response_time_ms, user_agent
+         FROM proxy_access_logs WHERE cluster_id = $1 ORDER BY at DESC, id DESC LIMIT $2`,
+      [clusterId, limit],
+    );
+    return rows.map((row) => ({
+      timestamp: new Date(row.at).toISOString(),
+      client_ip: row.client_ip,
+      user: row.user_id,
+      method: row.method,
+      path: row.path,
+      status_code: row.status_code,
+      response_time_ms: row.response_time_ms,
+      user_agent: row.user_agent,
+    }));
+  }
+
+  private async flushQuietly(): Promise<void> {
+    try {
+      await this.flush();
+    } catch (error) {
+      this.logger.warn(
+        { err: error, buffered: this.buffered, dropped: this.dropped },
+        'proxy traffic could not be written; will retry',
+      );
+    }
   }
 
   private async write(): Promise<void> {
-    if (this.pending.size === 0) return;
-    const batch = [...this.pending];
-    this.pending.clear();
-    for (const [portId, pending] of batch) {
-      try {
-        await this.db.sql.query(
-          `UPDATE proxy_port_mappings SET total_requests = total_requests + $2,
-             total_response_ms = total_response_ms + $3,
-             last_accessed = GREATEST(COALESCE(last_accessed, $4::timestamptz), $4::timestamptz)
-           WHERE id = $1`,
-          [portId, pending.requests, pending.responseMs, pending.lastAccessed.toISOString()],
-        );
-        if (pending.visitors.size > 0) {
-          const visitors = [...pending.visitors];
-          await this.db.sql.query(
-            `INSERT INTO proxy_visitors (port_id, visitor)
-             SELECT $1, v FROM unnest($2::text[]) AS v
-             WHERE EXISTS (SELECT 1 FROM proxy_port_mappings WHERE id = $1)
-             ON CONFLICT DO NOTHING`,
-            [portId, visitors],
-          );
-          if (this.knownVisitors.size > 100_000) this.knownVisitors.clear();
-          for (const v of visitors) this.knownVisitors.add(`${portId}:${v}`);
-        }
-      } catch {
-        // A mapping deleted meanwhile, or the database briefly away: these counts are dropped.
+    const logs = this.logs;
+    const usage = this.usage;
+    this.logs = new Map();
+    this.usage = new Map();
+    this.buffered = 0;
+    const rows: [string, AccessLogEntry][] = [];
+    for (const [clusterId, ring] of logs) for (const entry of ring.drain()) rows.push([clusterId, entry]);
+    let written = 0;
+    try {
+      while (written < rows.length) {
+        await this.insertLogs(rows.slice(written, written + BATCH_ROWS));
+        written = Math.min(rows.length, written + BATCH_ROWS);
       }
+      for (const [clusterId] of logs) this.trimNext.add(clusterId);
+      if (usage.size > 0) await this.addUsage(usage);
+    } catch (error) {
+      this.putBack(rows.slice(written));
+      for (const [portId, counts] of usage) this.putBackUsage(portId, counts);
+      throw error;
+    }
+  }
+
+  /** Returns unwritten entries (oldest first) ahead of whatever was logged meanwhile, within the bounds. */
+  private putBack(unwritten: [string, AccessLogEntry][]): void {
+    const byCluster = new Map<string, AccessLogEntry[]>();
+    for (const [clusterId, entry] of unwritten) {
+      const list = byCluster.get(clusterId);
+      if (list) list.push(entry);
+      else byCluster.set(clusterId, [entry]);
+    }
+    for (const [clusterId, older] of byCluster) {
+      const newer = this.logs.get(clusterId)?.drain() ?? [];
+      this.buffered -= newer.length;
+      // The newest of both, as many as the cluster's ring and the overall bound allow.
+      const room = Math.min(
+        ACCESS_LOG_CAPACITY,
+        Math.max(newer.length, this.maxBufferedEntries - this.buffered),
+      );
+      const kept = [...older, ...newer].slice(-room);
+      this.dropped += older.length + newer.length - kept.length;
+      const ring = new Ring<AccessLogEntry>(ACCESS_LOG_CAPACITY);
+      for (const entry of kept) ring.push(entry);
+      this.logs.set(clusterId, ring);
+      this.buffered += kept.length;
+    }
+  }
+
+  private putBackUsage(portId: string, counts: PortUsage): void {
+    const current = this.usage.get(portId);
+    if (!current) {
+      if (this.usage.size >= this.maxBufferedPorts) this.dropped += counts.requests;
+      else this.usage.set(portId, counts);
+      return;
+    }
+    current.requests += counts.requests;
+    current.responseMs += counts.responseMs;
+    current.lastAccessed = Math.max(current.lastAccessed, counts.lastAccessed);
+    for (const visitor of counts.visitors) current.visitors.add(visitor);
+  }
+
+  private async insertLogs(batch: [string, AccessLogEntry][]): Promise<void> {
+    if (batch.length === 0) return;
+    // PostgreSQL text cannot hold NUL; one such byte must not keep a whole batch out forever.
+    const text = (value: string | null) => (value === null ? null : value.replaceAll('\u0000', '\uFFFD'));
+    const json = JSON.stringify(
+      batch.map(([clusterId, e]) => ({
+        c: clusterId,
+        t: e.timestamp,
+        i: text(e.client_ip),
+        u: text(e.user),
+        m: text(e.method),
+        p: text(e.path),
+        s: e.status_code,
+        d: e.response_time_ms,
+        a: text(e.user_agent),
+      })),
+    );
+    // Entries of a cluster deleted meanwhile are skipped, so they cannot block the batch.
+    await this.sql.query(
+      `INSERT INTO proxy_access_logs (cluster_id, at, client_ip, user_id, method, path, status_code,
+                                      response_time_ms, user_agent)
+       SELECT x.c, x.t, x.i, x.u, x.m, x.p, x.s, x.d, x.a
+         FROM json_to_recordset($1::json)
+           AS x(c text, t timestamptz, i text, u text, m text, p text, s int, d float8, a text)
+        WHERE EXISTS (SELECT 1 FROM clusters WHERE id = x.c)`,
+      [json],
+    );
+  }
+
+  private async addUsage(usage: Map<string, PortUsage>): Promise<void> {
+    // Sorted, so two processes updating the same mappings tend to lock them in the same order.
+    const ports = [...usage].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    await this.sql.query(
+      `UPDATE proxy_port_mappings m SET total_requests = m.total_requests + x.n,
+         total_response_ms = m.total_response_ms + x.d,
+         last_accessed = GREATEST(COALESCE(m.last_accessed, x.t), x.t)
+         FROM json_to_recordset($1::json) AS x(id text, n int, d float8, t timestamptz)
+        WHERE m.id = x.id`,
+      [
+        JSON.stringify(
+          ports.map(([id, u]) => ({
+            id,
+            n: u.requests,
+            d: u.responseMs,
+            t: new Date(u.lastAccessed).toISOString(),
+          })),
+        ),
+      ],
+    );
+    const visitors = ports.flatMap(([id, u]) => [...u.visitors].map((v) => ({ p: id, v })));
+    if (visitors.length === 0) return;
+    await this.sql.query(
+      `INSERT INTO proxy_visitors (port_id, visitor)
+       SELECT x.p, x.v FROM json_to_recordset($1::json) AS x(p text, v text)
+        WHERE EXISTS (SELECT 1 FROM proxy_port_mappings WHERE id = x.p)
+       ON CONFLICT DO NOTHING`,
+      [JSON.stringify(visitors)],
+    );
+  }
+
+  /**
+   * Deletes entries past retention: older than ACCESS_LOG_RETENTION_MS, and beyond the newest
+   * ACCESS_LOG_CAPACITY of the clusters this process wrote since the last purge. Rows another process is
+   * deleting at the same moment are skipped (SKIP LOCKED) rather than waited for.
+   */
+  async purge(): Promise<number> {
+    const clusters = [...this.trimNext];
+    this.trimNext = new Set();
+    let total = 0;
+    try {
+      if (clusters.length > 0) {
+        const trimmed = await this.sql.query<{ n: number }>(
+          `WITH ranked AS (
+             SELECT id, row_number() OVER (PARTITION BY cluster_id ORDER BY at DESC, id DESC) AS n
+               FROM proxy_access_logs WHERE cluster_id = ANY($1::text[])
+           ), doomed AS (
+             SELECT id FROM proxy_access_logs
+              WHERE id IN (SELECT id FROM ranked WHERE n > $2) FOR UPDATE SKIP LOCKED
+           ), gone AS (DELETE FROM proxy_access_logs WHERE id IN (SELECT id FROM doomed) RETURNING 1)
+           SELECT count(*)::int AS n FROM gone`,
+          [clusters, ACCESS_LOG_CAPACITY],
+        );
+        total += trimmed[0]?.n ?? 0;
+      }
+    } catch (error) {
+      for (const clusterId of clusters) this.trimNext.add(clusterId);
+      throw error;
+    }
+    const before = new Date(this.clock.now().getTime() - ACCESS_LOG_RETENTION_MS).toISOString();
+    for (;;) {
+      const rows = await this.sql.query<{ n: number }>(
+        `WITH gone AS (
+           DELETE FROM proxy_access_logs
+            WHERE id IN (SELECT id FROM proxy_access_logs WHERE at < $1 LIMIT 10000 FOR UPDATE SKIP LOCKED)
+           RETURNING 1
+         ) SELECT count(*)::int AS n FROM gone`,
+        [before],
+      );
+      const n = rows[0]?.n ?? 0;
+      total += n;
+      if (n < 10_000) return total;
+    }
+  }
+
+  private async purgeQuietly(): Promise<void> {
+    try {
+      await this.purge();
+    } catch (error) {
+      this.logger.warn({ err: error }, 'old proxy access log entries could not be purged');
     }
   }
 }

@@ -99,6 +99,32 @@ describe('placement', () => {
     ).toBe('u');
   });
 
+  it('on a reserved host, gives others only what the reservation does not need', () => {
+    const reservation = {
+      clusterId: 'cluster_big',
+      gpuType: 'H100' as const,
+      gpuCount: 2,
+      cpuCores: 32,
+      memoryGb: 0,
+      storageGb: 0,
+    };
+    const reserved = host('r', { takenGpuIndices: [0], reservation });
+    // 3 free, 2 reserved: one may go, two may not.
+    expect(place([reserved], request())?.gpus.map((g) => g.index)).toEqual([1]);
+    expect(place([reserved], request({ gpuCount: 2 }))).toBeNull();
+    // The reserving cluster itself is not held back by its own reservation.
+    expect(place([reserved], request({ gpuCount: 3 }), 'cluster_big')?.gpus).toHaveLength(3);
+    // Its CPU is held too: 64 threads, 32 reserved.
+    expect(place([reserved], request({ cpuCores: 33 }))).toBeNull();
+    // Another type's GPUs on the same host are not reserved.
+    const mixed = host('m', {
+      gpus: { H100: [{ index: 0, uuid: 'h' }], A100: [{ index: 1, uuid: 'a' }] },
+      reservation: { ...reservation, gpuCount: 1, cpuCores: 0 },
+    });
+    expect(place([mixed], request({ gpuType: 'A100' }))?.hostId).toBe('m');
+    expect(place([mixed], request())).toBeNull();
+  });
+
   it('lists the GPU types there are, within a region', () => {
     const hosts = [host('a'), host('b', { region: 'eu-west-1', gpus: { T4: [{ index: 0, uuid: 't' }] } })];
     expect(availableGpuTypes(hosts, null)).toEqual(['H100', 'T4']);

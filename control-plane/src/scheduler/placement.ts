@@ -1,9 +1,10 @@
 import type { GpuType } from './gpu-types.ts';
 
 /**
- * Pure placement (DESIGN.md, Scheduling): hosts with their GPUs and what is already taken, and a
- * request, in; a host and concrete GPU indices out. No database, no clock: the allocator feeds it the
- * rows it holds locked, and tests feed it tables.
+ * Pure placement (DESIGN.md, Scheduling): hosts with their GPUs, what is already taken and what is
+ * reserved, and a request, in; a host and concrete GPU indices out. No database, no clock. This is the
+ * rule the placement statement (placement-sql.ts) commits in one round trip; the allocator tests hold
+ * the statement to this function on random fleets, so a change to the rule is made here and there.
  */
 
 export interface GpuSlot {
@@ -26,6 +27,18 @@ export interface HostCandidate {
   diskGb: number | null;
   /** What placed clusters hold on this host. */
   used: { cpuCores: number; memoryGb: number; storageGb: number };
+  /** The host's reservation for a pending cluster (reservations.ts), when it still counts. */
+  reservation?: Reservation | null;
+}
+
+/** What a pending cluster holds a host for: others may take only what it does not need. */
+export interface Reservation {
+  clusterId: string;
+  gpuType: GpuType;
+  gpuCount: number;
+  cpuCores: number;
+  memoryGb: number;
+  storageGb: number;
 }
 
 export interface PlacementRequest {
@@ -51,7 +64,9 @@ function matchesConstraints(host: HostCandidate, request: PlacementRequest): boo
   return true;
 }
 
-function withinTotals(host: HostCandidate, request: PlacementRequest, used: HostCandidate['used']): boolean {
+type Sizes = Pick<PlacementRequest, 'cpuCores' | 'memoryGb' | 'storageGb'>;
+
+function withinTotals(host: HostCandidate, request: Sizes, used: HostCandidate['used']): boolean {
   const fits = (total: number | null, taken: number, want: number) => total === null || taken + want <= total;
   return (
     fits(host.cpuThreads, used.cpuCores, request.cpuCores) &&
@@ -60,13 +75,32 @@ function withinTotals(host: HostCandidate, request: PlacementRequest, used: Host
   );
 }
 
-/** The GPUs this host would give the request now (lowest free indices), or null when it cannot. */
-export function fitNow(host: HostCandidate, request: PlacementRequest): GpuSlot[] | null {
+/**
+ * The GPUs this host would give the request of cluster `clusterId` now (lowest free indices), or null
+ * when it cannot. On a host reserved for another cluster, only what the reservation does not need can
+ * be taken: afterwards the reserved GPUs of its type and its CPU, memory and disk must still be free.
+ */
+export function fitNow(
+  host: HostCandidate,
+  request: PlacementRequest,
+  clusterId: string | null = null,
+): GpuSlot[] | null {
   if (!host.schedulable || !matchesConstraints(host, request)) return null;
   const taken = new Set(host.takenGpuIndices);
   const free = (host.gpus[request.gpuType] ?? []).filter((g) => !taken.has(g.index));
   if (free.length < request.gpuCount) return null;
   if (!withinTotals(host, request, host.used)) return null;
+  const reserved = host.reservation;
+  if (reserved && reserved.clusterId !== clusterId) {
+    if (reserved.gpuType === request.gpuType && free.length - request.gpuCount < reserved.gpuCount)
+      return null;
+    const both = {
+      cpuCores: request.cpuCores + reserved.cpuCores,
+      memoryGb: request.memoryGb + reserved.memoryGb,
+      storageGb: request.storageGb + reserved.storageGb,
+    };
+    if (!withinTotals(host, both, host.used)) return null;
+  }
   return [...free].sort((a, b) => a.index - b.index).slice(0, request.gpuCount);
 }
 
@@ -79,27 +113,27 @@ export function couldEverFit(host: HostCandidate, request: PlacementRequest): bo
 
 /**
  * Best fit: among hosts that fit now, the one left with the fewest free GPUs of the type (then the
- * fewest free CPU threads, then the smallest id), so large hosts stay whole for large requests.
+ * smallest id), so large hosts stay whole for large requests. The order is the one an index on (type,
+ * free GPUs, host) walks, so the placement statement finds the best host without sorting the fleet.
  */
-export function place(hosts: readonly HostCandidate[], request: PlacementRequest): Placement | null {
-  let best: { placement: Placement; key: [number, number, string] } | null = null;
+export function place(
+  hosts: readonly HostCandidate[],
+  request: PlacementRequest,
+  clusterId: string | null = null,
+): Placement | null {
+  let best: { placement: Placement; freeAfter: number } | null = null;
   for (const host of hosts) {
-    const gpus = fitNow(host, request);
+    const gpus = fitNow(host, request, clusterId);
     if (!gpus) continue;
     const taken = new Set(host.takenGpuIndices);
     const freeAfter =
       (host.gpus[request.gpuType] ?? []).filter((g) => !taken.has(g.index)).length - gpus.length;
-    const cpuAfter =
-      host.cpuThreads === null
-        ? Number.MAX_SAFE_INTEGER
-        : host.cpuThreads - host.used.cpuCores - request.cpuCores;
-    const key: [number, number, string] = [freeAfter, cpuAfter, host.hostId];
     if (
       !best ||
-      key[0] < best.key[0] ||
-      (key[0] === best.key[0] && (key[1] < best.key[1] || (key[1] === best.key[1] && key[2] < best.key[2])))
+      freeAfter < best.freeAfter ||
+      (freeAfter === best.freeAfter && host.hostId < best.placement.hostId)
     ) {
-      best = { placement: { hostId: host.hostId, gpus }, key };
+      best = { placement: { hostId: host.hostId, gpus }, freeAfter };
     }
   }
   return best?.placement ?? null;

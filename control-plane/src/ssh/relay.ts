@@ -10,9 +10,12 @@ import ssh2, {
 } from 'ssh2';
 import type { ExecSession, TunnelOpener } from '../tunnels/types.ts';
 import { ContainerExec, finished } from './container-exec.ts';
+import { ContainerFs } from './container-fs.ts';
 import type { SshGate } from './gate.ts';
 import type { SshKeyService } from './keys.ts';
 import { fingerprintOf } from './public-key.ts';
+import { ScpServer } from './scp.ts';
+import { parseScpCommand, type ScpCommand } from './scp-command.ts';
 import { SftpBackend } from './sftp.ts';
 
 /** Prefers bash when the image has it, as a login shell; busybox images get sh. */
@@ -258,12 +261,16 @@ export class SshRelay {
     };
 
     session.on('shell', (accept) => run(accept(), LOGIN_SHELL, 'shell'));
-    session.on('exec', (accept, _reject, info) => run(accept(), ['/bin/sh', '-c', info.command], 'exec'));
+    session.on('exec', (accept, _reject, info) => {
+      const scp = parseScpCommand(info.command);
+      if (scp) this.#scp(accept(), scp, login, log);
+      else run(accept(), ['/bin/sh', '-c', info.command], 'exec');
+    });
     session.on('sftp', (accept) => {
       log.info({ cluster_id: login.clusterId, user_id: login.userId, kind: 'sftp' }, 'ssh session');
       const sftp = accept();
       try {
-        new SftpBackend(sftp, new ContainerExec(this.#tunnels(), login.clusterId), log);
+        new SftpBackend(sftp, this.#files(login), log);
       } catch (error) {
         log.warn({ err: error }, 'sftp could not start');
         sftp.end();
@@ -272,6 +279,35 @@ export class SshRelay {
     session.on('subsystem', (_accept, reject, info) => {
       log.info({ subsystem: info.name }, 'ssh subsystem refused');
       reject?.();
+    });
+  }
+
+  #files(login: Login): ContainerFs {
+    return new ContainerFs(new ContainerExec(this.#tunnels(), login.clusterId));
+  }
+
+  /** Legacy `scp -O`: the relay speaks the SCP protocol itself, over the container's files. */
+  #scp(channel: ServerChannel, command: ScpCommand, login: Login, log: Logger): void {
+    log.info(
+      { cluster_id: login.clusterId, user_id: login.userId, kind: 'scp', role: command.role },
+      'ssh session',
+    );
+    const finish = (code: number) => {
+      channel.exit(code);
+      channel.end();
+    };
+    let server: ScpServer;
+    try {
+      server = new ScpServer(channel, this.#files(login), command, log);
+    } catch (error) {
+      channel.stderr.write(`anvil: cannot reach the cluster's container: ${(error as Error).message}\r\n`);
+      finish(255);
+      return;
+    }
+    server.run().then(finish, (error: unknown) => {
+      log.warn({ err: error, cluster_id: login.clusterId }, 'scp transfer failed');
+      channel.stderr.write(`anvil: scp failed: ${(error as Error).message}\n`);
+      finish(1);
     });
   }
 

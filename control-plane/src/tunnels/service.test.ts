@@ -1,5 +1,5 @@
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect } from 'node:net';
 import { ApiError } from '@anvil/shared';
 import {
   AGENT_TUNNEL_PATH,
@@ -140,6 +140,30 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
     const chunks: Buffer[] = [];
     for await (const chunk of stream) chunks.push(chunk as Buffer);
     expect(Buffer.concat(chunks).toString()).toBe('world');
+  });
+
+  it('survives an agent resetting its socket while it is checked and refused', async () => {
+    // Without an error listener from the upgrade on, the refusal's write to the reset socket would be an
+    // uncaught 'error' (EPIPE / ECONNRESET) ending the whole control plane.
+    const errors: Error[] = [];
+    const socket = connect({ host: '127.0.0.1', port: (server.address() as AddressInfo).port });
+    socket.on('error', (error) => errors.push(error));
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(
+      `GET ${AGENT_TUNNEL_PATH} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
+        'Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n' +
+        `Authorization: Bearer ${host.credential}\r\n${TUNNEL_HEADERS.hostId}: ${host.hostId}\r\n` +
+        `${TUNNEL_HEADERS.tunnelId}: forged\r\n${TUNNEL_HEADERS.token}: ${'A'.repeat(43)}\r\n\r\n`,
+    );
+    socket.resetAndDestroy();
+    // The refusal is written after the credential check; give it time to meet the reset connection.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const ws = await new Promise<number>((resolve) => {
+      const probe = new WebSocket(`${url}${AGENT_TUNNEL_PATH}`);
+      probe.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+      probe.on('error', () => resolve(-1));
+    });
+    expect(ws).toBe(400);
   });
 
   it('a used ticket cannot be replayed', async () => {

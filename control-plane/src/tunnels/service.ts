@@ -171,8 +171,13 @@ export class TunnelService implements TunnelOpener {
    * shutting down.
    */
   handleUpgrade(request: IncomingMessage, socket: Duplex, head: Buffer): void {
+    // Until ws owns the socket nothing else listens for its errors: an agent resetting the connection
+    // while it is checked (or refused) must not become an uncaught 'error' that ends the process.
+    const onError = () => socket.destroy();
+    socket.on('error', onError);
     this.#authorise(request).then(
       (outcome) => {
+        if (outcome.ok) socket.off('error', onError);
         if (!outcome.ok) {
           this.#logger.warn(
             { remote: request.socket.remoteAddress, reason: outcome.reason, status: outcome.status },

@@ -197,6 +197,18 @@ export const CommandBody = Type.Union([
   }),
   /** Deletes the workload's volume directory (its container must be gone or stopped). Answers {removed}. */
   Type.Object({ name: Type.Literal('remove_volume'), workloadId: WorkloadId }),
+  /**
+   * Removes the workload's snapshots: images tagged `repository:*` whose `anvil.workload` label (kept
+   * from the container by docker commit) names the workload, except the image ids in `keep`. Never
+   * forced: an image a container still uses stays and is reported as failed. Answers {removed, failed,
+   * kept}, each a list of {imageId, tags} (failed also with error).
+   */
+  Type.Object({
+    name: Type.Literal('remove_snapshots'),
+    workloadId: WorkloadId,
+    repository: Type.String({ pattern: '^[a-z0-9]+([._/-][a-z0-9]+)*$', maxLength: 200 }),
+    keep: Type.Array(Type.String({ maxLength: 200 }), { maxItems: 100 }),
+  }),
 ]);
 export type CommandBody = Static<typeof CommandBody>;
 

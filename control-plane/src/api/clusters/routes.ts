@@ -38,7 +38,16 @@ const CREATE =
   '(fewest GPUs of the type left free; region = host label; cordoned and unreachable hosts excluded) with ' +
   'concrete GPU indices → status starting, then running when the agent reports the container running. When ' +
   'the capacity exists but is taken, the cluster is created `pending` (status_reason says why) and placed ' +
-  'automatically when GPUs free up, oldest pending first. When no host could ever fit it: 422 ' +
+  'automatically when GPUs free up. Pending clusters queue per GPU type and region, oldest first: a younger ' +
+  'request asking for as many GPUs or more never goes ahead of an older pending one; a smaller one may fill ' +
+  'gaps it cannot use. The oldest pending cluster of each queue reserves one host: among ready, uncordoned ' +
+  'hosts of its region that could fit it, the one with the most free GPUs of its type now (ties: host id); ' +
+  'it keeps that host while the host stays ready and big enough. On a reserved host other clusters may take ' +
+  'only what the reservation does not need (its GPU count of its type, its CPU, memory and disk stay free), ' +
+  'so GPUs freed there wait for it and a large request is not starved by small ones; it is placed as soon as ' +
+  'that host or any other fits it. Reservations are stored in the database (they survive restarts and hold ' +
+  'on every replica) and count only while their cluster is pending. A stopped cluster restarting on the host ' +
+  'that holds its volume neither queues nor reserves. When no host could ever fit it: 422 ' +
   'INSUFFICIENT_RESOURCES with details {requestedGpuType, availableGpuTypes}. The container gets a volume at ' +
   '/workspace (storage_gb), restart policy "no" (a container that exits puts the cluster in `error` with its ' +
   'exit code; an image that cannot be pulled does too), CPU and memory limits, and its ports published on ' +
@@ -68,7 +77,20 @@ const STOP =
   'stopped. The volume stays on the host: a later start places the cluster on the same host (pending until ' +
   'its GPUs there are free), as RunPod does. wait_for_completion waits up to timeout_minutes and answers ' +
   '200 with the final state; otherwise 202 at once. timeout_minutes also bounds the waits of each phase. ' +
-  'notify_users is recorded, not sent (no notification channel for it yet).';
+  "notify_users: ids of members of the cluster's account (anyone else, a removed member or an unknown id: " +
+  '400 INVALID_PARAMETERS with details {notify_users, invalid_user_ids}, and nothing changes). When the stop ' +
+  'ends, notifications go out: as it completes (outcome `stopped`), or as it fails (outcome `failed`, with a ' +
+  'reason: save_state was asked and the snapshot failed, or a delete took over before it completed). Each ' +
+  'listed member gets an e-mail when SMTP is configured (ANVIL_SMTP_URL), the member is active and their ' +
+  'preferences.emailNotifications is on; the account webhook receives the signed event `cluster.stopped` ' +
+  '(data: cluster_id, cluster_name, status, outcome, reason, stop_type, stop_reason, requested_by, ' +
+  'stop_initiated_at, completed_at, snapshot, notes, notify_users [{user_id, name, email}]) when ' +
+  'notifications.webhook is enabled and lists `cluster.stopped`; the chat webhook gets a message when ' +
+  'notifications.slack is enabled with alerts.cluster_events on. The webhook and chat go out for every stop ' +
+  '(naming whoever is in notify_users, possibly no one). Every result is kept in `notifications` (here and in ' +
+  "the cluster's `operation`): state pending → sending → done, outcome, reason, users [{user_id, name, " +
+  'email, status sent|failed|skipped, detail (why skipped, or the error), message_id, at}], webhook and ' +
+  'slack {status, detail, delivery_id, at}, sent_at. A failed delivery is recorded, not retried.';
 
 const DELETE =
   'Needs confirm_deletion: "DELETE" (else 400 CONFIRMATION_REQUIRED with {required_field, required_value, ' +
@@ -79,8 +101,15 @@ const DELETE =
   'sessions), cleaning_storage (the volume deleted on the host), cleaning_network (the container and ' +
   'its published ports removed), cleaning_compute (GPUs released; pending clusters may be placed), ' +
   'updating_records (the cluster leaves the resource directory), completed (the cluster is gone: 404 ' +
-  'afterwards). Snapshots are images on the host and are kept (preserve_snapshots; delete_snapshots is ' +
-  'accepted but not applied yet). finalize_billing and cleanup_network_resources are always effectively ' +
+  'afterwards). Snapshots are images on the host (anvil-snapshots/<cluster id>:<tag>, made by stop with ' +
+  'save_state and by create_final_snapshot). They are kept by default (preserve_snapshots true, ' +
+  'delete_snapshots false). Asking for their removal either way — delete_snapshots true, or ' +
+  'preserve_snapshots false — removes the earlier ones in cleaning_storage, through the agent, never ' +
+  'forced (an image a container still uses stays); delete_snapshots true wins over the default ' +
+  'preserve_snapshots true. The final snapshot made by this same delete is always kept. The outcome is in ' +
+  'snapshot_cleanup {requested, done, removed, failed (with error), kept, error}, each image as {image_id, ' +
+  "names}. A delete that takes over an unfinished stop sends that stop's notifications (outcome failed; " +
+  'see the stop). finalize_billing and cleanup_network_resources are always effectively ' +
   'true: a session is never left open and a container never left behind. wait_for_completion as for stop ' +
   '(timeout_minutes 1-30, default 10).';
 

@@ -78,6 +78,64 @@ const Progress = Type.Object({
   total_steps: Type.Integer(),
 });
 
+const Delivery = {
+  status: Type.String({ description: 'pending, sent, failed or skipped' }),
+  detail: Nullable(Type.String({ description: 'Why it was skipped, or how it failed' })),
+  at: NullableDateTime,
+};
+
+const ChannelDelivery = Nullable(
+  Type.Object({
+    ...Delivery,
+    delivery_id: Nullable(Type.String({ description: 'Webhook event id (X-Anvil-Delivery); null for chat' })),
+  }),
+);
+
+export const StopNotifications = Nullable(
+  Type.Object(
+    {
+      state: Type.String({ description: 'pending (the stop is still running), sending, done' }),
+      outcome: Nullable(Type.String({ description: 'stopped or failed, once sent' })),
+      reason: Nullable(Type.String({ description: 'Why the stop failed' })),
+      users: Type.Array(
+        Type.Object({
+          user_id: Type.String(),
+          name: Nullable(Type.String()),
+          email: Nullable(
+            Type.String({ description: 'The address the e-mail went (or would have gone) to' }),
+          ),
+          ...Delivery,
+          message_id: Nullable(Type.String({ description: "The SMTP server's message id" })),
+        }),
+        { description: 'One entry per notify_users member: the e-mail sent to them' },
+      ),
+      webhook: ChannelDelivery,
+      slack: ChannelDelivery,
+      sent_at: NullableDateTime,
+    },
+    { description: "The stop's notifications and each delivery's result" },
+  ),
+);
+
+const SnapshotImage = {
+  image_id: Type.String(),
+  names: Type.Array(Type.String(), { description: 'repository:tag names it had' }),
+};
+
+export const SnapshotCleanup = Nullable(
+  Type.Object(
+    {
+      requested: Type.Boolean(),
+      done: Type.Boolean(),
+      removed: Type.Array(Type.Object(SnapshotImage)),
+      failed: Type.Array(Type.Object({ ...SnapshotImage, error: Type.String() })),
+      kept: Type.Array(Type.Object(SnapshotImage), { description: 'The final snapshot of this delete' }),
+      error: Nullable(Type.String({ description: 'Why nothing could be removed' })),
+    },
+    { description: "What cleaning_storage did with the cluster's earlier snapshots (delete)" },
+  ),
+);
+
 export const Cluster = Type.Object(
   {
     id: Type.String(),
@@ -124,6 +182,8 @@ export const Cluster = Type.Object(
         started_at: DateTime,
         completed_at: NullableDateTime,
         notes: Type.Array(Type.String()),
+        notifications: StopNotifications,
+        snapshot_cleanup: SnapshotCleanup,
       }),
     ),
     created_at: DateTime,
@@ -207,6 +267,7 @@ export const StopResult = Type.Object({
     billing_stopped_at: DateTime,
   }),
   data_preservation: Type.Object({ volumes_preserved: Type.Boolean(), snapshots_created: Type.Integer() }),
+  notifications: StopNotifications,
   notes: Type.Array(Type.String()),
 });
 
@@ -248,6 +309,7 @@ export const DeleteResult = Type.Object({
     currency: Type.String(),
     billing_cutoff: DateTime,
   }),
+  snapshot_cleanup: SnapshotCleanup,
   notes: Type.Array(Type.String()),
 });
 

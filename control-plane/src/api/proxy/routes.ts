@@ -29,9 +29,17 @@ const ENFORCEMENT =
   'false, or default_authentication false): an Anvil key as `Authorization: Bearer anv_…` allowed to read ' +
   'the cluster, or the session cookie from a login link; neither reaches the container; allowed_users / ' +
   'allowed_roles 403; global_limit (per cluster), per_user_limit (per user or client address) and the ' +
-  "port's rate_limit (per user and port) as token buckets → 429 with Retry-After; then HSTS, CSP and " +
-  'X-Frame-Options are added to responses. Rate-limit buckets, cached routes (2 s) and cached key checks ' +
-  '(5 s) are per control-plane process.';
+  "port's rate_limit (per user and port) → 429 with Retry-After; then HSTS, CSP and X-Frame-Options are " +
+  'added to responses. Rate limits hold across control-plane replicas: each limit is counted in a fixed ' +
+  'window of burst_size ÷ requests_per_minute minutes (at least 1 s, then requests_per_minute ÷ 60 per ' +
+  'second) aligned to the clock, admitting burst_size per window (so up to twice that across a window ' +
+  'boundary), in counters every replica shares through the database. Each replica counts locally and ' +
+  'syncs every second, and holds at most A = max(1, ⌊limit ÷ 100⌋) admissions the database has not ' +
+  'confirmed, so with N replicas at most N×A − 1 requests above a limit are admitted per window (one ' +
+  'replica: exact); a refused request counts against no limit; while the database is unreachable each ' +
+  'replica counts on its own. max_concurrent_sessions is checked and the session stored under a lock ' +
+  "of the cluster's proxy settings row, so it is exact across replicas. Cached routes (2 s) and cached " +
+  'key checks (5 s) are per replica.';
 
 export const proxyRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (app, { context }) => {
   const proxy = context.proxy;
@@ -50,10 +58,15 @@ export const proxyRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = a
           `${ENFORCEMENT} include_health (default true) adds health_status and health_check to each ` +
           'mapping; include_ssl_info (default true) adds ssl_certificate, read from the certificate the ' +
           'proxy serves (null when this process does not run the proxy); include_access_logs (default ' +
-          'false) adds the last 100 requests of this cluster, newest first, from an in-memory ring buffer ' +
-          'of 500 per cluster in this process (lost at restart). usage_statistics are persisted counters ' +
-          'of forwarded requests (flushed every 2 s). Mappings are seeded from the ports the cluster was ' +
-          'created with. meta.last_updated is the latest change of settings or mappings.',
+          'false) adds the last 100 requests of this cluster (forwarded or refused, through the proxy of ' +
+          'any replica), newest first. Every replica buffers its access log entries (the newest 100 per ' +
+          'cluster) and usage counts in memory and writes them to the database in batches every second, ' +
+          'before answering this request and at shutdown, so entries and counts of other replicas appear ' +
+          'within about a second; what a failed write could not store is retried, up to 50,000 buffered ' +
+          'entries (beyond that new entries are dropped). Retention: the newest 100 entries per cluster, ' +
+          'none older than 7 days. usage_statistics (total_requests, unique_visitors, last_accessed, ' +
+          'avg_response_time_ms) count forwarded requests of every replica the same way. Mappings are ' +
+          'seeded from the ports the cluster was created with. meta.last_updated is the latest change of settings or mappings.',
         params: ClusterParams,
         querystring: Type.Object(
           {

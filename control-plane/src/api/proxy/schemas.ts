@@ -19,7 +19,8 @@ export const RateLimit = Type.Object(
     burst_size: Type.Integer({
       minimum: 1,
       maximum: 100_000,
-      description: 'Bucket size: requests allowed at once',
+      description:
+        'Requests allowed at once: admitted per window of burst_size ÷ requests_per_minute minutes (see the proxy description)',
     }),
   },
   strict,

@@ -1,0 +1,139 @@
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { PassThrough } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import type { ExecSession } from '../tunnels/types.ts';
+import type { FileReadStream, FsResult } from './container-fs.ts';
+import { ReadAhead, ReadError } from './read-ahead.ts';
+
+/**
+ * A file served like READ_SCRIPT serves it: a stream from the offset asked, in 16 KiB pieces, written
+ * with back-pressure (so a paused reader stops the producer), optionally failing part way.
+ */
+function fakeFile(file: Buffer, options: { failAt?: number } = {}) {
+  const opens: number[] = [];
+  let produced = 0;
+  const open = async (offset: number): Promise<FsResult<FileReadStream>> => {
+    opens.push(offset);
+    const stdout = new PassThrough();
+    const stderr = new PassThrough();
+    let settle!: (exit: { code: number | null }) => void;
+    const exit = new Promise<{ code: number | null }>((resolve) => {
+      settle = resolve;
+    });
+    let closed = false;
+    const session: ExecSession = {
+      stdin: new PassThrough(),
+      stdout,
+      stderr,
+      exit,
+      resize() {},
+      signal() {},
+      close() {
+        closed = true;
+        stdout.destroy();
+        settle({ code: null });
+      },
+    };
+    void (async () => {
+      const stop = Math.min(file.length, options.failAt ?? file.length);
+      for (let at = offset; at < stop && !closed; at += 16 * 1024) {
+        const piece = file.subarray(at, Math.min(at + 16 * 1024, stop));
+        produced += piece.length;
+        if (!stdout.write(piece)) await once(stdout, 'drain');
+      }
+      if (closed) return;
+      const failed = options.failAt !== undefined && options.failAt < file.length;
+      if (failed) stderr.write('cat: read error: Input/output error\n');
+      stdout.end();
+      stderr.end();
+      settle({ code: failed ? 1 : 0 });
+    })();
+    const attrs = { mode: 0o100644, size: file.length, uid: 0, gid: 0, atime: 0, mtime: 0, nlink: 1 };
+    return { ok: true, value: { session, attrs, head: Buffer.alloc(0) } };
+  };
+  return { open, opens, produced: () => produced };
+}
+
+async function started(open: ReturnType<typeof fakeFile>['open']): Promise<ReadAhead> {
+  const result = await ReadAhead.start(open);
+  if (!result.ok) throw new Error(result.error.reason);
+  return result.value;
+}
+
+const MiB = 1024 * 1024;
+
+describe('ReadAhead', () => {
+  it('answers many outstanding sequential reads from one stream, with a short read and EOF at the end', async () => {
+    const file = randomBytes(3 * MiB + 1000);
+    const fake = fakeFile(file);
+    const reader = await started(fake.open);
+    const reads: Promise<Buffer | null>[] = [];
+    for (let at = 0; at < file.length + 64 * 1024; at += 32 * 1024) reads.push(reader.read(at, 32 * 1024));
+    const results = await Promise.all(reads);
+    const data = results.filter((r): r is Buffer => r !== null);
+    expect(Buffer.concat(data).equals(file)).toBe(true);
+    expect(data.at(-1)!.length).toBe(file.length % (32 * 1024));
+    expect(results.filter((r) => r === null)).toHaveLength(2);
+    expect(fake.opens).toEqual([0]);
+    reader.close();
+  });
+
+  it('serves reads that arrive out of order, and late ones just behind, without reopening', async () => {
+    const file = randomBytes(2 * MiB);
+    const fake = fakeFile(file);
+    const reader = await started(fake.open);
+    const [b, a, c] = await Promise.all([
+      reader.read(65_536, 32_768),
+      reader.read(0, 32_768),
+      reader.read(32_768, 32_768),
+    ]);
+    expect(a!.equals(file.subarray(0, 32_768))).toBe(true);
+    expect(b!.equals(file.subarray(65_536, 98_304))).toBe(true);
+    expect(c!.equals(file.subarray(32_768, 65_536))).toBe(true);
+    expect((await reader.read(1_500_000, 100))!.equals(file.subarray(1_500_000, 1_500_100))).toBe(true);
+    expect((await reader.read(1_000_000, 100))!.equals(file.subarray(1_000_000, 1_000_100))).toBe(true);
+    expect(fake.opens).toEqual([0]);
+    reader.close();
+  });
+
+  it('reopens at the offset for a seek back past what it keeps, or far ahead', async () => {
+    const file = randomBytes(16 * MiB);
+    const fake = fakeFile(file);
+    const reader = await started(fake.open);
+    const far = 12 * MiB + 5;
+    expect((await reader.read(far, 1000))!.equals(file.subarray(far, far + 1000))).toBe(true);
+    expect(fake.opens).toEqual([0, far]);
+    expect((await reader.read(7, 1000))!.equals(file.subarray(7, 1007))).toBe(true);
+    expect(fake.opens).toEqual([0, far, 7]);
+    reader.close();
+  });
+
+  it('keeps its memory bounded: the stream is paused a few MiB ahead of what was asked', async () => {
+    const file = randomBytes(40 * MiB);
+    const fake = fakeFile(file);
+    const reader = await started(fake.open);
+    await reader.read(0, 32_768);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(fake.produced()).toBeLessThan(5 * MiB);
+    expect(fake.produced()).toBeGreaterThan(2 * MiB);
+    reader.close();
+  });
+
+  it('answers a stream cut short with the error, not with an early EOF', async () => {
+    const file = randomBytes(1 * MiB);
+    const fake = fakeFile(file, { failAt: 300_000 });
+    const reader = await started(fake.open);
+    expect((await reader.read(0, 100_000))!.equals(file.subarray(0, 100_000))).toBe(true);
+    const error = await reader.read(400_000, 1000).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ReadError);
+    expect((error as ReadError).error.reason).toMatch(/Input\/output error/);
+  });
+
+  it('fails pending reads when closed', async () => {
+    const fake = fakeFile(randomBytes(1000));
+    const reader = await started(fake.open);
+    reader.close();
+    await expect(reader.read(0, 10)).rejects.toThrow('file closed');
+  });
+});
