@@ -189,6 +189,7 @@ export function createAgent(options: AgentOptions): Agent {
       watchDocker(
         {
           runtime: options.runtime,
+          hostId,
           onChange: trigger,
           clock,
           logger,

@@ -9,15 +9,18 @@ export interface ContainerEvent {
 }
 
 /**
- * Docker's event stream for Anvil's containers only. Yields until the signal aborts or the stream
+ * Docker's event stream for this host's Anvil containers only. Yields until the signal aborts or the stream
  * ends (dockerd restarting); the caller re-subscribes and resyncs, since events may have been missed.
  */
 export async function* containerEvents(
   docker: Dockerode,
   signal: AbortSignal,
+  hostId: string,
 ): AsyncGenerator<ContainerEvent> {
+  // Filtered by our host too: on an engine shared with other hosts (or tests), their containers' events
+  // would each cost this agent a reconcile pass.
   const stream = (await docker.getEvents({
-    filters: { type: ['container'], label: [`${LABELS.managed}=true`] },
+    filters: { type: ['container'], label: [`${LABELS.managed}=true`, `${LABELS.host}=${hostId}`] },
   })) as NodeJS.ReadableStream & { destroy(): void };
   const onAbort = () => stream.destroy();
   // The signal may have fired while the subscription was being set up.

@@ -58,7 +58,8 @@ export interface ContainerRuntime {
   /** Multiplexed stdout/stderr with timestamps, following until the container stops. */
   followLogs(id: string, sinceSeconds: number): Promise<NodeJS.ReadableStream>;
   stats(id: string): Promise<ContainerStats | null>;
-  events(signal: AbortSignal): AsyncGenerator<ContainerEvent>;
+  /** Events about the Anvil containers of host `hostId`. */
+  events(signal: AbortSignal, hostId: string): AsyncGenerator<ContainerEvent>;
   /** Sends `signal` to a running container; false when it is not running (optional: test doubles may omit it). */
   kill?(id: string, signal: string): Promise<boolean>;
   /** `docker commit` as repository:tag; the new image's id and size. */
@@ -305,7 +306,7 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
       }
     },
 
-    events: (signal) => containerEvents(docker, signal),
+    events: (signal, hostId) => containerEvents(docker, signal, hostId),
 
     async kill(id, signal) {
       try {

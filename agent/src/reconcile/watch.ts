@@ -6,6 +6,8 @@ import { errorMessage } from '../errors.ts';
 
 export interface WatchOptions {
   runtime: ContainerRuntime;
+  /** Only this host's containers' events count. */
+  hostId: string;
   /** Called when something may have changed: a Docker event, a timer, Docker coming back. */
   onChange: () => void;
   clock: Clock;
@@ -31,7 +33,7 @@ export async function watchDocker(options: WatchOptions, signal: AbortSignal): P
   let attempt = 0;
   while (!signal.aborted) {
     try {
-      for await (const event of options.runtime.events(signal)) {
+      for await (const event of options.runtime.events(signal, options.hostId)) {
         attempt = 0;
         logger.debug({ containerId: event.containerId, action: event.action }, 'docker event');
         options.onChange();
