@@ -289,6 +289,19 @@ describe.skipIf(!dockerAvailable())('SSH relay file transfers', () => {
     }
   }, 240_000);
 
+  it('uploads a large file intact with scp (SFTP mode) and scp -O', async () => {
+    // Large enough for many batches of pipelined writes: an answer out of order makes OpenSSH's client
+    // truncate the file to what was acknowledged in order, and still exit 0.
+    const data = randomBytes(48 * 1024 * 1024 + 5);
+    const local = join(dir, 'large-up.bin');
+    writeFileSync(local, data);
+    for (const flags of [[], ['-O']]) {
+      const up = await scp(...flags, local, `${target}:/tmp/large-up.bin`);
+      expect(up.code, up.stderr).toBe(0);
+      expect(await remoteSha('/tmp/large-up.bin'), flags.join(' ')).toBe(sha256(data));
+    }
+  }, 240_000);
+
   it('downloads a large file intact with scp (SFTP mode) and scp -O', async () => {
     const made = await ssh(
       'dd if=/dev/urandom of=/tmp/large.bin bs=1048576 count=24 2>/dev/null && sha256sum /tmp/large.bin',

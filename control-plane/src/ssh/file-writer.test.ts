@@ -154,6 +154,53 @@ describe('FileWriter', () => {
     expect(disk.contents().toString()).toBe('abcdefgh');
   });
 
+  it('answers writes in the order they came even when their bytes are taken out of order', async () => {
+    // A stdin whose write callbacks fire in a scrambled order (as the tunnel's can): the answers must
+    // not follow them, or OpenSSH's client truncates the upload.
+    const taken: Buffer[] = [];
+    const delays = [9, 1, 5, 0, 7, 3, 2, 8, 4, 6];
+    let calls = 0;
+    let settle!: (exit: { code: number | null }) => void;
+    const stdin = {
+      write(chunk: Buffer, callback: (error?: Error | null) => void) {
+        taken.push(chunk);
+        setTimeout(() => callback(), delays[calls++ % delays.length]);
+        return true;
+      },
+      end() {
+        setTimeout(() => settle({ code: 0 }), 20);
+      },
+      on() {},
+    };
+    const session = {
+      stdin,
+      stdout: new PassThrough(),
+      stderr: new PassThrough(),
+      exit: new Promise<{ code: number | null }>((resolve) => {
+        settle = resolve;
+      }),
+      resize() {},
+      signal() {},
+      close() {},
+    } as unknown as ExecSession;
+    (session.stderr as PassThrough).end();
+    const writer = new FileWriter({} as ContainerFs, '/f', { session }, false);
+    const order: number[] = [];
+    const writes: Promise<unknown>[] = [];
+    // Spread over several turns of the event loop, so they go out as several writes into stdin.
+    for (let i = 0; i < 30; i++) {
+      writes.push(writer.write(i * 100, Buffer.alloc(100, i)).then(() => order.push(i)));
+      if (i % 3 === 2) await new Promise((resolve) => setImmediate(resolve));
+    }
+    await Promise.all(writes);
+    expect(calls).toBeGreaterThan(5);
+    expect(order).toEqual(Array.from({ length: 30 }, (_, i) => i));
+    expect(
+      Buffer.concat(taken).equals(Buffer.concat(Array.from({ length: 30 }, (_, i) => Buffer.alloc(100, i)))),
+    ).toBe(true);
+    expect(await writer.close()).toBeNull();
+  });
+
   it('reports a writer that failed, at close', async () => {
     const disk = fakeDisk({ failWrites: true });
     const writer = await writerOn(disk);

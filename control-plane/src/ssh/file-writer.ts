@@ -2,13 +2,20 @@ import { finished } from './container-exec.ts';
 import { type ContainerFs, errorOf, type FileWriteStream, type FsError } from './container-fs.ts';
 
 /** Bytes gathered before they are written out without waiting for the turn of the event loop to end. */
-const BATCH_BYTES = 512 * 1024;
+const BATCH_BYTES = 128 * 1024;
 
 interface Batch {
   parts: Buffer[];
   bytes: number;
-  acks: ((error: FsError | null) => void)[];
+  done: ((error: FsError | null) => void)[];
   scheduled: boolean;
+}
+
+/** A write's answer, released only after every earlier write's. */
+interface Ack {
+  done: boolean;
+  error: FsError | null;
+  resolve: (error: FsError | null) => void;
 }
 
 interface Stream {
@@ -23,7 +30,10 @@ interface Stream {
  * offset (a rewrite, a gap, a resumed upload) first lets the stream finish, so the file holds everything
  * before it, then writes on from a writer opened at that offset. `settle()` is the same barrier for
  * requests that must see the bytes on disk (FSTAT, FSETSTAT, CLOSE). A write is acknowledged once the
- * tunnel took it; a failure of the writer is reported by the next write and at close.
+ * tunnel took it, and never before an earlier write: OpenSSH's client takes an acknowledgement out of
+ * order for a failed transfer and truncates the file to what was acknowledged in order (the stdin
+ * stream's write callbacks do not always come in order). A failure of the writer is reported by the
+ * next write and at close.
  */
 export class FileWriter {
   #stream: Stream | null;
@@ -34,6 +44,8 @@ export class FileWriter {
   #queue: Promise<void> | null = null;
   #inFlight = 0;
   #idle: (() => void)[] = [];
+  /** Answers of the writes not yet released, in the order the writes came. */
+  #acks: Ack[] = [];
 
   constructor(
     private readonly fs: ContainerFs,
@@ -45,22 +57,40 @@ export class FileWriter {
   }
 
   write(offset: number, data: Buffer): Promise<FsError | null> {
-    // Appending writes land at the end whatever offset they name (O_APPEND).
-    const at = this.append ? null : offset;
-    if (!this.#queue && !this.#failed && this.#stream && (at === null || at === this.#position)) {
-      return this.#emit(this.#stream, data);
-    }
-    // Behind a reopen or barrier, or itself needing one: queued. The queue waits for a reopen, never for
-    // the tunnel to take a write (the result carries that ack instead).
-    return this.#after(async () => {
-      const target = at ?? this.#position;
-      if (!this.#failed && (!this.#stream || target !== this.#position)) {
-        await this.#finishStream();
-        if (!this.#failed) await this.#openAt(target);
+    return new Promise((resolve) => {
+      const ack: Ack = { done: false, error: null, resolve };
+      this.#acks.push(ack);
+      const done = (error: FsError | null) => {
+        ack.done = true;
+        ack.error = error;
+        while (this.#acks[0]?.done) {
+          const next = this.#acks.shift()!;
+          next.resolve(next.error);
+        }
+      };
+      // Appending writes land at the end whatever offset they name (O_APPEND).
+      const at = this.append ? null : offset;
+      if (!this.#queue && !this.#failed && this.#stream && (at === null || at === this.#position)) {
+        this.#emit(this.#stream, data, done);
+        return;
       }
-      if (this.#failed || !this.#stream) return { ack: Promise.resolve(this.#failed) };
-      return { ack: this.#emit(this.#stream, data) };
-    }).then(({ ack }) => ack);
+      // Behind a reopen or barrier, or itself needing one: queued. The queue waits for a reopen, never
+      // for the tunnel to take a write.
+      void this.#after(async () => {
+        const target = at ?? this.#position;
+        try {
+          if (!this.#failed && (!this.#stream || target !== this.#position)) {
+            await this.#finishStream();
+            if (!this.#failed) await this.#openAt(target);
+          }
+        } catch (error) {
+          // The container could not be reached to reopen the file.
+          this.#failed ??= { kind: 'failure', reason: (error as Error).message };
+        }
+        if (this.#failed || !this.#stream) done(this.#failed);
+        else this.#emit(this.#stream, data, done);
+      });
+    });
   }
 
   /** Settles once every write so far is in the file (the stream finished; the next write reopens). */
@@ -101,7 +131,7 @@ export class FileWriter {
     const adopted: Stream = {
       session: stream.session,
       stderr: [],
-      batch: { parts: [], bytes: 0, acks: [], scheduled: false },
+      batch: { parts: [], bytes: 0, done: [], scheduled: false },
     };
     stream.session.stderr.on('data', (chunk: Buffer) => adopted.stderr.push(chunk));
     stream.session.stdin.on('error', (error: Error) => {
@@ -115,31 +145,29 @@ export class FileWriter {
    * write. Clients send 32 KiB writes: one tunnel frame and one write into the exec's stdin each cost
    * more than the bytes themselves.
    */
-  #emit(stream: Stream, data: Buffer): Promise<FsError | null> {
+  #emit(stream: Stream, data: Buffer, done: (error: FsError | null) => void): void {
     this.#position += data.length;
     this.#inFlight++;
-    return new Promise((resolve) => {
-      const batch = stream.batch;
-      batch.parts.push(data);
-      batch.bytes += data.length;
-      batch.acks.push(resolve);
-      if (batch.bytes >= BATCH_BYTES) this.#flush(stream);
-      else if (!batch.scheduled) {
-        batch.scheduled = true;
-        setImmediate(() => this.#flush(stream));
-      }
-    });
+    const batch = stream.batch;
+    batch.parts.push(data);
+    batch.bytes += data.length;
+    batch.done.push(done);
+    if (batch.bytes >= BATCH_BYTES) this.#flush(stream);
+    else if (!batch.scheduled) {
+      batch.scheduled = true;
+      setImmediate(() => this.#flush(stream));
+    }
   }
 
   #flush(stream: Stream): void {
-    const { parts, acks } = stream.batch;
-    stream.batch = { parts: [], bytes: 0, acks: [], scheduled: false };
+    const { parts, done } = stream.batch;
+    stream.batch = { parts: [], bytes: 0, done: [], scheduled: false };
     if (parts.length === 0) return;
     const data = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
     stream.session.stdin.write(data, (error) => {
-      this.#inFlight -= acks.length;
+      this.#inFlight -= done.length;
       if (error) this.#failed ??= { kind: 'failure', reason: error.message };
-      for (const ack of acks) ack(error ? this.#failed : null);
+      for (const finish of done) finish(error ? this.#failed : null);
       if (this.#inFlight === 0) for (const wake of this.#idle.splice(0)) wake();
     });
   }

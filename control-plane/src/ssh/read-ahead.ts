@@ -21,7 +21,7 @@ export class ReadError extends Error {
 interface Request {
   offset: number;
   length: number;
-  resolve(data: Buffer | null): void;
+  resolve(data: Buffer[] | null): void;
   reject(error: Error): void;
 }
 
@@ -64,8 +64,11 @@ export class ReadAhead {
     return { ok: true, value: reader };
   }
 
-  /** Up to `length` bytes at `offset` (fewer only at the end of the file), or null past the end. */
-  read(offset: number, length: number): Promise<Buffer | null> {
+  /**
+   * Up to `length` bytes at `offset` (fewer only at the end of the file), or null past the end; as the
+   * pieces of the stream's chunks they span (views, not copies: a reply goes out without another copy).
+   */
+  read(offset: number, length: number): Promise<Buffer[] | null> {
     if (this.#closed) return Promise.reject(new Error('file closed'));
     return new Promise((resolve, reject) => {
       this.#pending.push({ offset, length, resolve, reject });
@@ -198,7 +201,7 @@ export class ReadAhead {
     }
   }
 
-  #slice(from: number, to: number): Buffer {
+  #slice(from: number, to: number): Buffer[] {
     const parts: Buffer[] = [];
     let at = this.#base;
     for (const chunk of this.#chunks) {
@@ -209,7 +212,7 @@ export class ReadAhead {
       if (chunkEnd >= to) break;
       at = chunkEnd;
     }
-    return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+    return parts;
   }
 
   async #reopen(offset: number): Promise<void> {

@@ -266,19 +266,22 @@ export class SshRelay {
       if (scp) this.#scp(accept(), scp, login, log);
       else run(accept(), ['/bin/sh', '-c', info.command], 'exec');
     });
-    session.on('sftp', (accept) => {
+    // SFTP arrives as a plain subsystem channel (no 'sftp' listener, so ssh2 does not parse it): the
+    // relay speaks the protocol itself (SftpChannel).
+    session.on('subsystem', (accept, reject, info) => {
+      if (info.name !== 'sftp') {
+        log.info({ subsystem: info.name }, 'ssh subsystem refused');
+        reject?.();
+        return;
+      }
       log.info({ cluster_id: login.clusterId, user_id: login.userId, kind: 'sftp' }, 'ssh session');
-      const sftp = accept();
+      const channel = accept();
       try {
-        new SftpBackend(sftp, this.#files(login), log);
+        new SftpBackend(channel, this.#files(login), log);
       } catch (error) {
         log.warn({ err: error }, 'sftp could not start');
-        sftp.end();
+        channel.end();
       }
-    });
-    session.on('subsystem', (_accept, reject, info) => {
-      log.info({ subsystem: info.name }, 'ssh subsystem refused');
-      reject?.();
     });
   }
 
