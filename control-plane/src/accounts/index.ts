@@ -18,6 +18,7 @@ import { ResourceDirectory } from './resources.ts';
 import { SettingsService } from './settings.ts';
 import { ShareService } from './shares.ts';
 import { TeamService } from './team.ts';
+import { WebhookOutbox } from './webhook-outbox.ts';
 
 export interface AccountServices {
   access: AccessControl;
@@ -32,6 +33,8 @@ export interface AccountServices {
   profile: ProfileService;
   settings: SettingsService;
   notifier: Notifier;
+  /** Webhook events recorded with the changes they report, delivered with retries. */
+  outbox: WebhookOutbox;
   /** The secret box, loaded on first use (creating <dataDir>/secret.key when no key is configured). */
   secrets(): SecretBox;
   secretKeySource(): { source: SecretKeySource; path: string | null };
@@ -69,12 +72,19 @@ export function createAccountServices(deps: {
   });
   const settings = new SettingsService({ db, clock, access, audit, notifier, secrets: () => load().box });
   apiKeys.setPolicy(new MemberKeyPolicy(db, clock, access, settings));
+  const outbox = new WebhookOutbox({
+    db,
+    settings,
+    notifier,
+    logger: () => logger.child({ component: 'webhook-outbox' }),
+  });
   let pruneTimer: NodeJS.Timeout | null = null;
   const services: AccountServices = {
     access,
     audit,
     activity,
     notifier,
+    outbox,
     settings,
     resources: new ResourceDirectory(db, clock, access, activity),
     roles: new RoleService(db, clock, access, audit, keys),
@@ -107,9 +117,11 @@ export function createAccountServices(deps: {
         audit.prune().catch((error: unknown) => logger.warn({ err: error }, 'audit retention purge failed'));
       }, 3_600_000);
       pruneTimer.unref();
+      outbox.start();
     },
     async stop() {
       if (pruneTimer) clearInterval(pruneTimer);
+      await outbox.stop();
       notifier.close();
     },
   };

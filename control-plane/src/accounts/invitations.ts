@@ -12,6 +12,7 @@ import type { AuditLog } from './audit.ts';
 import { isPending, viewInvitation, viewMember } from './member-views.ts';
 import type { Notifier } from './notifications.ts';
 import { checkEmail, checkPermissions, validationError } from './validation.ts';
+import { enqueueWebhookEvent, MEMBER_JOINED_EVENT } from './webhook-outbox.ts';
 
 export const INVITATION_LIFETIMES = { '1d': 1, '7d': 7, '30d': 30 } as const;
 export type InvitationLifetime = keyof typeof INVITATION_LIFETIMES;
@@ -283,6 +284,19 @@ export class InvitationService {
             data: { id: newId('usr'), accountId: row.accountId, email: row.email, createdAt: now, ...data },
           });
       await tx.invitation.update({ where: { id: row.id }, data: { acceptedUserId: member.id } });
+      await enqueueWebhookEvent(tx, {
+        accountId: row.accountId,
+        type: MEMBER_JOINED_EVENT,
+        data: {
+          user_id: member.id,
+          email: member.email,
+          name: member.name,
+          role: member.role,
+          invitation_id: row.id,
+          invited_by: row.invitedById,
+          joined_at: now.toISOString(),
+        },
+      });
       return member;
     });
     const grant = keyGrantForRole(resolved);

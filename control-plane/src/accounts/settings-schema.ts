@@ -78,7 +78,23 @@ export const NotificationsSection = o({
   webhook: o({
     enabled: Type.Boolean(),
     url: Nullable(Url('Receiver of signed event deliveries (see X-Anvil-Signature)')),
-    events: Type.Array(StringEnum(WEBHOOK_EVENTS), { maxItems: WEBHOOK_EVENTS.length, uniqueItems: true }),
+    events: Type.Array(StringEnum(WEBHOOK_EVENTS), {
+      maxItems: WEBHOOK_EVENTS.length,
+      uniqueItems: true,
+      description:
+        'Event types delivered to url. Every delivery is a POST of {id, type, timestamp, created_at, ' +
+        'account_id, data}. Sent by this version: `cluster.status_changed` (data: cluster_id, cluster_name, ' +
+        'previous_status (null for a new cluster), status, reason), `member.joined` (user_id, email, name, ' +
+        'role, invitation_id, invited_by, joined_at), `member.removed` (user_id, email, name, role, ' +
+        'removed_by, removed_at) — these three are written in the transaction of the change and retried ' +
+        'after 10 s, 1 min, 5 min, 30 min and 2 h (6 attempts) until the receiver answers 2xx; their data ' +
+        'also carries occurred_at, sequence (increasing in commit order for changes of one cluster or ' +
+        'member: drop an event older than one already seen) and attempt — and `cluster.stopped` (on a stop ' +
+        'with notify_users; result kept in the stop operation) and `cost.threshold_exceeded` (usage ' +
+        'alerts), sent once when they happen. `endpoint.failed`, `training.completed`, `training.failed` ' +
+        'and `security.alert` are accepted for subscriptions but not sent by this version, which has no ' +
+        'serverless endpoints, training runs or security detectors.',
+    }),
     secret: Nullable(
       Type.String({
         minLength: 8,

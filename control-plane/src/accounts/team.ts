@@ -10,6 +10,7 @@ import type { AuditLog } from './audit.ts';
 import { isPending, viewMember, viewPendingMember } from './member-views.ts';
 import { BUILT_IN_ROLE_NAMES } from './roles.ts';
 import { checkPermissions, validationError } from './validation.ts';
+import { enqueueWebhookEvent, MEMBER_REMOVED_EVENT } from './webhook-outbox.ts';
 
 export interface MemberPatch {
   role?: string | undefined;
@@ -244,6 +245,18 @@ export class TeamService {
       db.prisma.resourceShare.updateMany({
         where: { accountId: manager.accountId, userId: target.id, status: 'active' },
         data: { status: 'revoked', revokedAt: now, revokedById: manager.userId },
+      }),
+      enqueueWebhookEvent(db.prisma, {
+        accountId: manager.accountId,
+        type: MEMBER_REMOVED_EVENT,
+        data: {
+          user_id: target.id,
+          email: target.email,
+          name: target.name,
+          role: target.role,
+          removed_by: manager.userId,
+          removed_at: now.toISOString(),
+        },
       }),
     ]);
     await this.deps.keys.invalidate();

@@ -737,6 +737,23 @@ describe('migrator', () => {
         const created = await prisma.proxyAccessLog.create({ data });
         return [data, await prisma.proxyAccessLog.findUniqueOrThrow({ where: { id: created.id } })];
       },
+      WebhookEvent: async () => {
+        const data = {
+          accountId: 'acc_fixture',
+          type: 'member.joined',
+          data: { user_id: 'usr_fixture', role: 'developer' },
+          occurredAt: at,
+          delivery: 'sent',
+          attempts: 2,
+          nextAttemptAt: at,
+          leaseUntil: null,
+          deliveryId: 'evt_0123456789abcdef01234567',
+          detail: null,
+          deliveredAt: at,
+        };
+        const created = await prisma.webhookEvent.create({ data });
+        return [data, await prisma.webhookEvent.findUniqueOrThrow({ where: { id: created.id } })];
+      },
     };
     const models = Object.values(Prisma.ModelName).sort();
     const covered = Object.keys(fixtures).sort();
