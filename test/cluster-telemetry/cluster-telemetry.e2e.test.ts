@@ -3,6 +3,7 @@ import { gunzipSync } from 'node:zlib';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
@@ -13,20 +14,6 @@ import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/i
  * that prints lines on stdout and stderr; its logs (list, search, SSE stream, gzip download) and its
  * metrics (snapshot, history, statistics) are read back through the cluster telemetry routes.
  */
-async function waitFor<T>(
-  what: string,
-  fn: () => Promise<T | null | undefined | false>,
-  timeoutMs = 120_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await fn();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 describe.skipIf(!dockerAvailable())(
   'cluster metrics and logs through the API (real agent, real Docker)',
   () => {

@@ -63,6 +63,10 @@ export async function startClusterFleet(env: Record<string, string> = {}): Promi
   };
 }
 
+import { waitFor } from '../../control-plane/src/testing/wait.ts';
+
+export { waitFor };
+
 /**
  * The real host provider, its inventory gathered once: on this shared, loaded machine gathering it took
  * longer than the control plane's 15 s hello deadline, so every reconnect failed its handshake.
@@ -76,19 +80,4 @@ export function memoizedHost(): typeof systemHost {
     },
     sample: () => systemHost.sample(),
   };
-}
-
-export async function waitFor<T>(
-  what: string,
-  check: () => Promise<T | null | false | undefined>,
-  timeoutMs = 30_000,
-  everyMs = 250,
-): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
-  }
 }

@@ -5,6 +5,7 @@ import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { specHash } from '../../agent/src/docker/labels.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { workloadSpec } from '../agent/fixtures.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
@@ -17,20 +18,6 @@ import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/i
  * container at its next start. The Cluster row and its workload (id = cluster id, contract 1) are
  * written through the services, as the clusters area does when it places a cluster.
  */
-async function waitFor<T>(
-  what: string,
-  fn: () => Promise<T | null | undefined | false>,
-  timeoutMs = 120_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await fn();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 /** The parts of the answers this test reads. */
 interface ApiData {
   secrets: { usage_statistics: { access_count: number } }[];

@@ -83,19 +83,9 @@ export async function freePort(): Promise<number> {
   });
 }
 
-export async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | null | undefined | false>,
-  timeoutMs = 20_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe().catch(() => null);
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+import { waitFor } from '../../control-plane/src/testing/wait.ts';
+
+export { waitFor };
 
 /**
  * A cluster row straight in the database (the clusters API places on GPUs and is tested elsewhere),

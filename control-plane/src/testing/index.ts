@@ -2,3 +2,4 @@ export * from './app.ts';
 export * from './clock.ts';
 export * from './database.ts';
 export * from './process.ts';
+export * from './wait.ts';

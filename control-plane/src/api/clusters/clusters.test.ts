@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertSimulatedHosts } from '../../scheduler/simulated-hosts.ts';
 import { addAccount, addMember, call } from '../../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../testing/app.ts';
+import { waitFor } from '../../testing/wait.ts';
 
 /**
  * Cluster API over simulated hosts inserted into the database (no agent: clusters stay `starting`).
@@ -79,7 +80,7 @@ describe('cluster API: placement, errors, bad input, isolation', () => {
     expect(del.json().data.deletion_progress).toMatchObject({ phase: 'completed', percentage: 100 });
     const startedNow = async () =>
       t.context.db.prisma.cluster.findMany({ where: { id: { in: pendingIds }, status: 'starting' } });
-    await waitFor(async () => (await startedNow()).length === 1);
+    await waitFor('the pending cluster started', async () => (await startedNow()).length === 1);
     const [taker] = await startedNow();
     expect(taker!.createdAt.getTime()).toBe(oldestAt);
     expect(taker!.hostId).toBe(victim.hostId);
@@ -355,11 +356,3 @@ describe('cluster API: placement, errors, bad input, isolation', () => {
     expect((await call(t, { url: '/v2/admin/gpu-prices', key: other })).statusCode).toBe(403);
   });
 });
-
-async function waitFor(check: () => Promise<boolean>, timeoutMs = 120_000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > until) throw new Error('condition not met in time');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}

@@ -9,6 +9,7 @@ import {
   startHttpReceiver,
   startSmtpReceiver,
 } from '../../testing/receivers.ts';
+import { waitFor } from '../../testing/wait.ts';
 
 const SECRET = 'stop-notification-secret';
 
@@ -257,10 +258,14 @@ describe('cluster stop notifications (notify_users)', () => {
     } finally {
       t.context.clusters.supervisor.start();
     }
-    const row = await waitFor(async () => {
-      const r = await t.context.db.prisma.cluster.findUniqueOrThrow({ where: { id } });
-      return r.status === 'deleted' ? r : null;
-    });
+    const row = await waitFor(
+      'the cluster deleted',
+      async () => {
+        const r = await t.context.db.prisma.cluster.findUniqueOrThrow({ where: { id } });
+        return r.status === 'deleted' ? r : null;
+      },
+      30_000,
+    );
     const op = row.operation as {
       kind: string;
       notifications: { state: string; outcome: string; users: unknown[] };
@@ -283,13 +288,3 @@ describe('cluster stop notifications (notify_users)', () => {
     expect(smtp.messages.slice(before.mails).map((m) => m.to)).toEqual([[alice.email]]);
   });
 });
-
-async function waitFor<T>(check: () => Promise<T | null>, timeoutMs = 30_000): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > until) throw new Error('timed out');
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
