@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { createLogger, loadConfig, startServer } from '@anvil/control-plane';
+import { workloadSpecInput } from '../../test/agent/fixtures.ts';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'anvil-bench-fleet-'));
 const config = loadConfig({
@@ -46,21 +47,10 @@ process.on('message', (message: unknown) => {
           hostId: m.hostId!,
           kind: 'cluster',
           ownerAccountId: owner.id,
-          spec: {
-            image: 'anvil-test/busybox:latest',
+          spec: workloadSpecInput({
             command: ['sleep', '86400'],
-            entrypoint: null,
-            env: {},
             labels: { 'anvil.test': '1', 'anvil.bench': '1' },
-            gpus: [],
-            cpus: null,
-            memoryBytes: null,
-            shmBytes: null,
-            ports: [],
-            volume: null,
-            restartPolicy: { name: 'no', maxRetries: 0 },
-            stopGraceSeconds: 1,
-          },
+          }),
         });
         ids.push(workload.id);
       }

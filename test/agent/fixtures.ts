@@ -1,9 +1,10 @@
 import type { Inventory, WorkloadSpec } from '@anvil/shared/protocol';
 
-/** A minimal valid workload spec; tests override what they exercise. */
-export function workloadSpec(workloadId: string, overrides: Partial<WorkloadSpec> = {}): WorkloadSpec {
+/** A minimal valid workload spec without its id (as the control plane's workload service takes it). */
+export function workloadSpecInput(
+  overrides: Partial<Omit<WorkloadSpec, 'workloadId'>> = {},
+): Omit<WorkloadSpec, 'workloadId'> {
   return {
-    workloadId,
     image: 'anvil-test/busybox:latest',
     command: ['sleep', '3600'],
     entrypoint: null,
@@ -19,6 +20,11 @@ export function workloadSpec(workloadId: string, overrides: Partial<WorkloadSpec
     stopGraceSeconds: 1,
     ...overrides,
   };
+}
+
+/** A minimal valid workload spec; tests override what they exercise. */
+export function workloadSpec(workloadId: string, overrides: Partial<WorkloadSpec> = {}): WorkloadSpec {
+  return { workloadId, ...workloadSpecInput(overrides) };
 }
 
 /** A small valid inventory for protocol tests that do not gather a real one. */

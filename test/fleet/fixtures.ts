@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type Dockerode from 'dockerode';
 import type { WorkloadSpecInput } from '../../control-plane/src/workloads/workloads.ts';
+import { workloadSpecInput } from '../agent/fixtures.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
 import type { FleetControlPlane } from './control-plane.ts';
 
@@ -16,22 +17,12 @@ export function busyboxSpec(
   overrides: Partial<WorkloadSpecInput> & { script?: string } = {},
 ): WorkloadSpecInput {
   const { script, ...rest } = overrides;
-  return {
+  return workloadSpecInput({
     image: BUSYBOX_IMAGE,
     command: script ? ['sh', '-c', script] : ['sleep', '3600'],
-    entrypoint: null,
-    env: {},
     labels: { 'anvil.test': '1', [run.key]: run.value },
-    gpus: [],
-    cpus: null,
-    memoryBytes: null,
-    shmBytes: null,
-    ports: [],
-    volume: null,
-    restartPolicy: { name: 'no', maxRetries: 0 },
-    stopGraceSeconds: 1,
     ...rest,
-  };
+  });
 }
 
 /** Creates a workload through the control plane's own service, as the clusters area does. */

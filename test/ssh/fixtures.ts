@@ -84,6 +84,7 @@ export async function freePort(): Promise<number> {
 }
 
 import { waitFor } from '../../control-plane/src/testing/wait.ts';
+import { workloadSpecInput } from '../agent/fixtures.ts';
 
 export { waitFor };
 
@@ -124,25 +125,16 @@ export async function insertCluster(
     hostId: options.hostId,
     kind: 'cluster',
     ownerAccountId: options.accountId,
-    spec: {
+    spec: workloadSpecInput({
       image: BUSYBOX_IMAGE,
       command: [
         'sh',
         '-c',
         'mkdir -p /www && echo hello-from-httpd > /www/index.html && exec httpd -f -p 8080 -h /www',
       ],
-      entrypoint: null,
       env: { HOME: '/root' },
       labels: { [TEST_LABEL]: '1' },
-      gpus: [],
-      cpus: null,
-      memoryBytes: null,
-      shmBytes: null,
-      ports: [],
-      volume: null,
-      restartPolicy: { name: 'no', maxRetries: 0 },
-      stopGraceSeconds: 1,
-    },
+    }),
   });
   await waitFor(
     `cluster ${id} running`,
