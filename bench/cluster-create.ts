@@ -8,7 +8,13 @@
 //    BENCH_POLL_MS (20), so a status poll does not eat the CPU of what it measures.
 // 2. Scheduler placements per second committed to PostgreSQL with 5,000 simulated hosts (8 H100 each,
 //    rows inserted directly): pending clusters placed by the real Allocator (row locks, best fit) from
-//    CONCURRENCY workers; afterwards every GPU is checked to be held at most once.
+//    CONCURRENCY workers, three times in the same run: one statement (and commit) per placement
+//    (`allocate`); each worker placing one cluster at a time through `allocateJoined`, as parallel creates do
+//    (calls arriving while a statement runs go together in the next one); the queue drained in batches of
+//    BENCH_PLACEMENT_BATCH (50) pending clusters per statement and commit (`allocateMany`, as the supervisor
+//    does). Only placements whose statement
+//    returned (committed) count; afterwards every GPU is checked to be held at most once and the capacity
+//    rows against the allocations.
 // Run: `npm run bench` (all benches) or `node --import tsx bench/cluster-create.ts`.
 // Needs Docker (part 1) and ANVIL_TEST_POSTGRES_URL (part 2); a part without its dependency is skipped.
 // BENCH_CLUSTER_PARTS=create (or =placement) runs one part only; unset or `all` runs both.
@@ -33,6 +39,7 @@ const IN_PROCESS_AGENT = process.env['BENCH_CLUSTER_AGENT'] === 'in-process';
 const HOSTS = 5_000;
 const PLACEMENTS = Number(process.env['BENCH_PLACEMENTS'] ?? 2_000);
 const CONCURRENCY = Number(process.env['BENCH_PLACEMENT_WORKERS'] ?? 8);
+const BATCH = Number(process.env['BENCH_PLACEMENT_BATCH'] ?? 50);
 
 /** Figures go to stdout (benchmarks print, never assert). */
 function print(line: string): void {
@@ -168,7 +175,10 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
     await insertSimulatedHosts(db, { prefix: 'bench', count: HOSTS, gpusPerHost: 8, region: 'us-east-1' });
     const allocator = new Allocator(db, systemClock);
     await allocator.sync();
-    const ids = Array.from({ length: placements }, (_, i) => `cluster_bench_${String(i).padStart(6, '0')}`);
+    const ids = Array.from(
+      { length: 3 * placements },
+      (_, i) => `cluster_bench_${String(i).padStart(6, '0')}`,
+    );
     await db.sql.query(
       `INSERT INTO clusters (id, account_id, owner_id, name, status, gpu_type, gpu_count, cpu_cores, memory_gb, storage_gb,
                              docker_image, command, gpu_indices, created_at, updated_at)
@@ -188,36 +198,50 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
       region: null,
       hostId: null,
     };
-    let next = 0;
-    const outcomes = new Map<string, number>();
-    const started = performance.now();
-    await Promise.all(
-      Array.from({ length: CONCURRENCY }, async () => {
-        while (next < ids.length) {
-          const id = ids[next++]!;
-          const outcome = await allocator.allocate(id, request);
-          outcomes.set(outcome.kind, (outcomes.get(outcome.kind) ?? 0) + 1);
-        }
-      }),
-    );
-    const seconds = (performance.now() - started) / 1000;
-    const placed = outcomes.get('placed') ?? 0;
+    const phase = async (queue: string[], batch: number | 'joined') => {
+      let next = 0;
+      const outcomes = new Map<string, number>();
+      const count = (kind: string) => outcomes.set(kind, (outcomes.get(kind) ?? 0) + 1);
+      const started = performance.now();
+      await Promise.all(
+        Array.from({ length: CONCURRENCY }, async () => {
+          while (next < queue.length) {
+            const taken = queue.slice(next, next + (batch === 'joined' ? 1 : batch));
+            next += taken.length;
+            if (batch === 'joined') count((await allocator.allocateJoined(taken[0]!, request)).kind);
+            else if (batch === 1) count((await allocator.allocate(taken[0]!, request)).kind);
+            else {
+              const items = taken.map((clusterId) => ({ clusterId, request }));
+              for (const outcome of await allocator.allocateMany(items)) count(outcome.kind);
+            }
+          }
+        }),
+      );
+      const seconds = (performance.now() - started) / 1000;
+      const placed = outcomes.get('placed') ?? 0;
+      const others = [...outcomes].filter(([kind]) => kind !== 'placed').map(([kind, n]) => `${kind} ${n}`);
+      return { placed, seconds, perSecond: placed / seconds, others };
+    };
+    const single = await phase(ids.slice(0, placements), 1);
+    const joined = await phase(ids.slice(placements, 2 * placements), 'joined');
+    const batched = await phase(ids.slice(2 * placements), BATCH);
     const duplicates = await db.sql.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM (SELECT host_id, i FROM clusters, unnest(gpu_indices) AS i
         WHERE cardinality(gpu_indices) > 0 GROUP BY host_id, i HAVING count(*) > 1) AS d`,
     );
     const drifted = await driftedHosts(db);
-    const perSecond = placed / seconds;
-    const others = [...outcomes].filter(([kind]) => kind !== 'placed').map(([kind, n]) => `${kind} ${n}`);
     const ceiling = await commitsPerSecond(db, placements);
+    const line = (label: string, r: Awaited<ReturnType<typeof phase>>) =>
+      `${label}: ${r.placed}/${placements} in ${r.seconds.toFixed(2)} s, ${r.perSecond.toFixed(0)} placements/s` +
+      `${r.others.length > 0 ? ` (not placed: ${r.others.join(', ')})` : ''}`;
     print(
-      `scheduler: ${placed}/${placements} placements committed to PostgreSQL in ${seconds.toFixed(2)} s with ${HOSTS} hosts ` +
-        `(${CONCURRENCY} workers${others.length > 0 ? `; not placed: ${others.join(', ')}` : ''}): ` +
-        `${perSecond.toFixed(0)} placements/s (target >= 1000); GPUs held twice: ${duplicates[0]?.n}; ` +
-        `hosts whose capacity rows disagree with the allocations: ${drifted.length}; ` +
-        `same run, one-row UPDATE transactions: ${ceiling.toFixed(0)}/s (ratio ${(perSecond / ceiling).toFixed(2)}); ` +
-        `load average ${loadavg()[0]!.toFixed(1)}`,
+      `scheduler: placements committed to PostgreSQL with ${HOSTS} hosts, ${CONCURRENCY} workers (target >= 1000/s): ` +
+        `${line('one statement and commit each', single)}; ${line('one at a time per worker, joined', joined)}; ` +
+        `${line(`batches of ${BATCH} per statement and commit`, batched)}; ` +
+        `GPUs held twice: ${duplicates[0]?.n}; hosts whose capacity rows disagree with the allocations: ${drifted.length}; ` +
+        `same run, one-row UPDATE transactions: ${ceiling.toFixed(0)}/s; load average ${loadavg()[0]!.toFixed(1)}`,
     );
+    const perSecond = batched.perSecond;
     return { perSecond };
   } finally {
     await db.close();

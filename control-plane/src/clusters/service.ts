@@ -147,7 +147,8 @@ export class ClusterService {
       await this.d.accounts.resources.remove(accountId, id);
       throw error;
     }
-    const outcome = await this.d.allocator.allocate(id, placementRequestOf(created, false));
+    // Creates arriving together share placement statements and commits (Allocator.allocateJoined).
+    const outcome = await this.d.allocator.allocateJoined(id, placementRequestOf(created, false));
     if (outcome.kind === 'impossible') {
       await this.d.db.prisma.cluster.delete({ where: { id } });
       await this.d.accounts.resources.remove(accountId, id);
@@ -370,6 +371,34 @@ export class ClusterService {
       this.#kick();
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
+  }
+
+  /**
+   * Places the pending clusters `ids` in one batch, in the order given (scheduler: Allocator.placeInOrder);
+   * returns the ids placed (their workloads are then on their way). Those it did not place are left as they
+   * are, for placePending (which queues them and keeps their reservations).
+   */
+  async placeBatch(ids: readonly string[]): Promise<Set<string>> {
+    const rows = await this.d.db.prisma.cluster.findMany({
+      where: { id: { in: [...ids] }, status: 'pending', deletedAt: null },
+    });
+    const byId = new Map(rows.map((cluster) => [cluster.id, cluster]));
+    const clusters = ids.flatMap((id) => byId.get(id) ?? []);
+    const outcomes = await this.d.allocator.placeInOrder(
+      clusters.map((cluster) => ({
+        clusterId: cluster.id,
+        // A cluster that ran before is pinned to the host holding its volume.
+        request: placementRequestOf(cluster, cluster.hostId !== null),
+      })),
+    );
+    const placed = new Set<string>();
+    for (const [i, outcome] of outcomes.entries()) {
+      if (outcome?.kind !== 'placed') continue;
+      const id = clusters[i]!.id;
+      await this.ensureWorkload(id);
+      placed.add(id);
+    }
+    return placed;
   }
 
   /** Tries to place one pending cluster; true when it was placed (its workload is then on its way). */

@@ -206,16 +206,21 @@ export class ClusterSupervisor {
     const pending = await this.d.db.prisma.cluster.findMany({
       where: { status: 'pending', deletedAt: null },
       orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
-      select: { id: true, gpuType: true, gpuCount: true, region: true },
+      select: { id: true, gpuType: true, gpuCount: true, region: true, hostId: true },
       take: 100,
     });
     // Fairness: once an older cluster could not be placed, a younger one asking for as many GPUs of the same
     // type in the same region waits behind it (a capacity freed mid-pass goes to the oldest); smaller
     // requests may still fill the gaps. The placement statement holds every create and replica to the same
     // order, and to the queue heads' reservations (scheduler/reservations.ts); skipping here saves attempts.
+    // The queue is first drained in one statement; only what that left goes one by one (queued, reserved).
+    const placed = await this.d.service.placeBatch(pending.map(({ id }) => id));
+    for (const id of placed) this.d.logger().info({ clusterId: id }, 'pending cluster placed');
     const smallestUnplaced = new Map<string, number>();
-    for (const { id, gpuType, gpuCount, region } of pending) {
-      const key = `${gpuType}\u0000${region ?? ''}`;
+    for (const { id, gpuType, gpuCount, region, hostId } of pending) {
+      if (placed.has(id)) continue;
+      // A restart pinned to its host waits for that host only: it holds up no one else's queue.
+      const key = `${gpuType}\u0000${hostId === null ? (region ?? '') : `host\u0000${hostId}`}`;
       const blocking = smallestUnplaced.get(key);
       if (blocking !== undefined && gpuCount >= blocking) continue;
       if (await this.d.service.placePending(id)) {

@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { systemClock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import { createTestDatabase, type TestDatabase } from '../testing/database.ts';
@@ -151,6 +151,59 @@ describe('allocator', () => {
       `SELECT host_id, sum(cpu_cores)::int AS cpu FROM clusters WHERE status = 'starting' GROUP BY host_id`,
     );
     expect(cpu.every((h) => h.cpu <= 12)).toBe(true);
+    expect(await driftedHosts(db)).toEqual([]);
+  });
+
+  it('never hands out a GPU twice to parallel batches, each placing in order on what the ones before took', async () => {
+    await insertSimulatedHosts(db, { prefix: 'q', count: 4, gpusPerHost: 4, cpuThreads: 12 });
+    await allocator.sync();
+    const ids = Array.from({ length: 30 }, (_, i) => `cluster_q${String(i).padStart(2, '0')}`);
+    const requests = await Promise.all(
+      ids.map((id, i) => insertCluster(db, { id, gpuCount: 1 + (i % 3), cpuCores: 1 + (i % 5) })),
+    );
+    // Five batches of six at once, plus one cluster that is gone before its batch runs.
+    await db.sql.query(`UPDATE clusters SET status = 'deleting' WHERE id = 'cluster_q07'`);
+    const batches = Array.from({ length: 5 }, (_, b) =>
+      ids
+        .slice(b * 6, b * 6 + 6)
+        .map((clusterId) => ({ clusterId, request: requests[ids.indexOf(clusterId)]! })),
+    );
+    const outcomes = (await Promise.all(batches.map((batch) => allocator.allocateMany(batch)))).flat();
+    expect(outcomes[7]).toEqual({ kind: 'gone' });
+    const rows = await db.prisma.cluster.findMany({ where: { status: 'starting' } });
+    const gpus = rows.flatMap((r) => r.gpuIndices.map((i) => `${r.hostId}#${i}`));
+    expect(new Set(gpus).size).toBe(gpus.length);
+    expect(rows.every((r) => r.gpuIndices.length === r.gpuCount)).toBe(true);
+    expect(outcomes.filter((o) => o.kind === 'placed')).toHaveLength(rows.length);
+    expect(outcomes.every((o) => ['placed', 'busy', 'gone'].includes(o.kind))).toBe(true);
+    const cpu = await db.sql.query<{ host_id: string; cpu: number }>(
+      `SELECT host_id, sum(cpu_cores)::int AS cpu FROM clusters WHERE status = 'starting' GROUP BY host_id`,
+    );
+    expect(cpu.every((h) => h.cpu <= 12)).toBe(true);
+    expect(await driftedHosts(db)).toEqual([]);
+  });
+
+  it('joins placements that arrive together into shared statements, never sharing a GPU', async () => {
+    await insertSimulatedHosts(db, { prefix: 'j', count: 4, gpusPerHost: 4 });
+    await allocator.sync();
+    const ids = Array.from({ length: 24 }, (_, i) => `cluster_j${String(i).padStart(2, '0')}`);
+    const requests = await Promise.all(ids.map((id) => insertCluster(db, { id })));
+    const batches = vi.spyOn(allocator, 'placeInOrder');
+    const outcomes = await Promise.all(ids.map((id, i) => allocator.allocateJoined(id, requests[i]!)));
+    // The first call goes alone; the 23 that arrived while it ran share one statement.
+    expect(batches.mock.calls.map(([items]) => items.length)).toEqual([23]);
+    const rows = await db.prisma.cluster.findMany({ where: { status: 'starting' } });
+    const gpus = rows.flatMap((r) => r.gpuIndices.map((i) => `${r.hostId}#${i}`));
+    expect(new Set(gpus).size).toBe(16);
+    expect(outcomes.filter((o) => o.kind === 'placed')).toHaveLength(16);
+    expect(outcomes.filter((o) => o.kind === 'busy')).toHaveLength(8);
+    // Best fit, in arrival order: the first four fill the first host.
+    expect(outcomes.slice(0, 4).map(placedOn)).toEqual([
+      'host_sim_j_0:0',
+      'host_sim_j_0:1',
+      'host_sim_j_0:2',
+      'host_sim_j_0:3',
+    ]);
     expect(await driftedHosts(db)).toEqual([]);
   });
 
@@ -325,6 +378,52 @@ describe('allocator', () => {
     await db.sql.query(`UPDATE hosts SET region = 'eu-west-1'`);
     const other = await insertCluster(db, { id: 'cluster_f5', region: 'eu-west-1' });
     expect(placedOn(await allocator.allocate('cluster_f5', other))).toBe('host_sim_f_0:0');
+  });
+
+  it('reserves the host whose needed GPUs free soonest by the expires_at of the clusters there', async () => {
+    // Three full-ish 4-GPU hosts; the head asks for 2. Host 0 has the most free now (1), but needs a
+    // cluster ending in 10 hours; host 1 has none free, but two clusters ending in an hour; host 2 has one
+    // free and the rest held by a cluster that runs until stopped (unknown).
+    await insertSimulatedHosts(db, { prefix: 'x', count: 3, gpusPerHost: 4 });
+    await allocator.sync();
+    const hour = 3_600_000;
+    const running = async (id: string, host: number, gpuIndices: number[], endsInMs: number | null) => {
+      await insertCluster(db, {
+        id,
+        status: 'running',
+        hostId: `host_sim_x_${host}`,
+        gpuIndices,
+        gpuCount: gpuIndices.length,
+      });
+      if (endsInMs !== null) {
+        await db.sql.query('UPDATE clusters SET expires_at = $2 WHERE id = $1', [
+          id,
+          new Date(Date.now() + endsInMs),
+        ]);
+      }
+    };
+    await running('cluster_x0a', 0, [0, 1, 2], 10 * hour);
+    await running('cluster_x1a', 1, [0], hour);
+    await running('cluster_x1b', 1, [1], hour);
+    await running('cluster_x1c', 1, [2, 3], 30 * hour);
+    await running('cluster_x2a', 2, [0, 1, 2], null);
+    await allocator.sync();
+    const head = await insertCluster(db, { id: 'cluster_xhead', gpuCount: 2 });
+    expect(await allocator.allocate('cluster_xhead', head)).toEqual({ kind: 'busy' });
+    expect(await reservationOf(db, 'cluster_xhead')).toBe('host_sim_x_1');
+
+    // Host 1's clusters lose their end time: now host 0 (known, 10 hours) goes before host 2 (unknown).
+    await db.sql.query(`UPDATE clusters SET expires_at = NULL WHERE id IN ('cluster_x1a', 'cluster_x1b')`);
+    await db.sql.query('UPDATE host_allocations SET reserved_by = NULL');
+    expect(await allocator.allocate('cluster_xhead', head)).toEqual({ kind: 'busy' });
+    expect(await reservationOf(db, 'cluster_xhead')).toBe('host_sim_x_0');
+
+    // No end times anywhere: the most free GPUs now, then host id (hosts 0 and 2 have one each).
+    await db.sql.query(`UPDATE clusters SET expires_at = NULL`);
+    await db.sql.query('UPDATE host_allocations SET reserved_by = NULL');
+    expect(await allocator.allocate('cluster_xhead', head)).toEqual({ kind: 'busy' });
+    expect(await reservationOf(db, 'cluster_xhead')).toBe('host_sim_x_0');
+    expect(await driftedHosts(db)).toEqual([]);
   });
 
   it('reserves a host for the head of a queue: GPUs that free there wait for it, across a restart', async () => {

@@ -4,7 +4,7 @@ import type { Database } from '../db/index.ts';
 import { hasUnindexedHosts, lockHost, refreshHost, syncCapacity } from './capacity.ts';
 import type { GpuType } from './gpu-types.ts';
 import type { Placement, PlacementRequest } from './placement.ts';
-import { type PlacementRow, placementStatement } from './placement-sql.ts';
+import { BATCH_FUNCTION_SQL, BATCH_SQL, type PlacementRow, placementStatement } from './placement-sql.ts';
 import { DROP_RESERVATION_SQL, queueAndReserve } from './reservations.ts';
 
 type Tx = Prisma.TransactionClient;
@@ -23,6 +23,30 @@ export type AllocationOutcome =
   | { kind: 'impossible'; availableGpuTypes: GpuType[] }
   /** The cluster is no longer waiting for a placement (deleted, or placed by another replica). */
   | { kind: 'gone' };
+
+/** The most calls of allocateJoined placed in one statement. */
+const JOIN_LIMIT = 100;
+
+/** The batch function is missing on this connection: undefined_function, or no pg_temp schema yet. */
+const NOT_CREATED_YET: unknown[] = ['42883', '3F000'];
+const DEADLOCK_DETECTED = '40P01';
+
+function errorCode(error: unknown): unknown {
+  return (error as { code?: unknown } | null)?.code;
+}
+
+function placedOutcome(row: PlacementRow): AllocationOutcome | null {
+  if (row.host_id === null || row.gpu_indices === null) return null;
+  const uuids = row.gpu_uuids ?? [];
+  return {
+    kind: 'placed',
+    placement: {
+      hostId: row.host_id,
+      gpus: row.gpu_indices.map((index, i) => ({ index, uuid: uuids[i] ?? '' })),
+    },
+    hourlyRate: Number(row.hourly_rate ?? 0),
+  };
+}
 
 /** Could any host, empty, fit the request (busy), and which GPU types are there (for impossible)? */
 const CLASSIFY_SQL = `
@@ -45,6 +69,13 @@ const CLASSIFY_SQL = `
  * hot path costs one round trip. Pending clusters queue and reserve capacity (reservations.ts).
  */
 export class Allocator {
+  readonly #joining: {
+    item: { clusterId: string; request: PlacementRequest };
+    resolve: (outcome: AllocationOutcome) => void;
+    reject: (error: unknown) => void;
+  }[] = [];
+  #flushing = false;
+
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
@@ -71,6 +102,117 @@ export class Allocator {
       const verdict = outcome === 'impossible' ? await this.classify(request) : { kind: 'busy' as const };
       if (verdict.kind === 'busy') await queueAndReserve(this.db, clusterId, this.clock.now());
       return verdict;
+    }
+  }
+
+  /**
+   * Places pending clusters in the order given (oldest first when draining a queue) in one statement and
+   * one commit (placement-sql.ts, batches); each sees the allocations of those before it, under the same
+   * rules as `allocate`. Those the batch could not place (busy, impossible, gone, or a host locked at that
+   * moment) then go through `allocate` one by one, which waits for locked hosts, syncs, classifies and
+   * queues them. Outcomes are in the order of `items`.
+   */
+  async allocateMany(
+    items: readonly { clusterId: string; request: PlacementRequest }[],
+  ): Promise<AllocationOutcome[]> {
+    const batch = await this.placeInOrder(items);
+    const outcomes: AllocationOutcome[] = [];
+    for (const [i, item] of items.entries()) {
+      outcomes.push(batch[i] ?? (await this.allocate(item.clusterId, item.request)));
+    }
+    return outcomes;
+  }
+
+  /**
+   * `allocate` for callers that arrive together (parallel creates): a call made while this allocator's
+   * batch statement is in flight waits for it and then goes, with every call that arrived meanwhile, as the
+   * next batch (up to JOIN_LIMIT), in arrival order — group commit for placements. A lone call goes at once,
+   * so it waits for nothing when nothing else runs. What a batch does not place goes through `allocate`.
+   */
+  allocateJoined(clusterId: string, request: PlacementRequest): Promise<AllocationOutcome> {
+    return new Promise((resolve, reject) => {
+      this.#joining.push({ item: { clusterId, request }, resolve, reject });
+      if (!this.#flushing) void this.#flush();
+    });
+  }
+
+  async #flush(): Promise<void> {
+    this.#flushing = true;
+    try {
+      while (this.#joining.length > 0) {
+        const group = this.#joining.splice(0, JOIN_LIMIT);
+        if (group.length === 1) {
+          // Alone: the single prepared statement is the cheaper round trip.
+          const [{ item, resolve, reject }] = group as [(typeof group)[number]];
+          await this.allocate(item.clusterId, item.request).then(resolve, reject);
+          continue;
+        }
+        let batch: (AllocationOutcome | null)[];
+        try {
+          batch = await this.placeInOrder(group.map(({ item }) => item));
+        } catch (error) {
+          for (const { reject } of group) reject(error);
+          continue;
+        }
+        // The rest wait, queue and reserve one by one, without holding up the next batch.
+        for (const [i, { item, resolve, reject }] of group.entries()) {
+          const outcome = batch[i];
+          if (outcome) resolve(outcome);
+          else this.allocate(item.clusterId, item.request).then(resolve, reject);
+        }
+      }
+    } finally {
+      this.#flushing = false;
+    }
+  }
+
+  /**
+   * The batch statement alone: for each item, its placement, `gone` when it was no longer pending, or null
+   * when the batch did not place it (all null when the batch deadlocked with another transaction and was
+   * rolled back).
+   */
+  async placeInOrder(
+    items: readonly { clusterId: string; request: PlacementRequest }[],
+  ): Promise<(AllocationOutcome | null)[]> {
+    const rows = items.length === 0 ? [] : await this.batchStatement(items);
+    const byPosition = new Map(rows?.map((row) => [row.n, row]));
+    return items.map((_, i) => {
+      const row = byPosition.get(i + 1);
+      if (!row) return null;
+      if (row.waiting === 0) return { kind: 'gone' };
+      return placedOutcome(row);
+    });
+  }
+
+  /** Runs the batch on one connection, creating its function there first when that connection lacks it. */
+  private async batchStatement(
+    items: readonly { clusterId: string; request: PlacementRequest }[],
+  ): Promise<(PlacementRow & { n: number })[] | null> {
+    const column = <T>(of: (request: PlacementRequest) => T) => items.map(({ request }) => of(request));
+    const params = [
+      items.map(({ clusterId }) => clusterId),
+      column((r) => r.gpuType),
+      column((r) => r.gpuCount),
+      column((r) => r.cpuCores),
+      column((r) => r.memoryGb),
+      column((r) => r.storageGb),
+      column((r) => r.region),
+      column((r) => r.hostId),
+      this.clock.now(),
+    ];
+    try {
+      return await this.db.session(async (sql) => {
+        try {
+          return await sql.query<PlacementRow & { n: number }>(BATCH_SQL, params);
+        } catch (error) {
+          if (!NOT_CREATED_YET.includes(errorCode(error))) throw error;
+          await sql.query(BATCH_FUNCTION_SQL);
+          return await sql.query<PlacementRow & { n: number }>(BATCH_SQL, params);
+        }
+      });
+    } catch (error) {
+      if (errorCode(error) === DEADLOCK_DETECTED) return null;
+      throw error;
     }
   }
 
@@ -101,17 +243,8 @@ export class Allocator {
       });
       const [row] = await this.db.sql.query<PlacementRow>(text, params, name);
       if (!row || row.waiting === 0) return { kind: 'gone' };
-      if (row.host_id !== null && row.gpu_indices !== null) {
-        const uuids = row.gpu_uuids ?? [];
-        return {
-          kind: 'placed',
-          placement: {
-            hostId: row.host_id,
-            gpus: row.gpu_indices.map((index, i) => ({ index, uuid: uuids[i] ?? '' })),
-          },
-          hourlyRate: Number(row.hourly_rate ?? 0),
-        };
-      }
+      const placed = placedOutcome(row);
+      if (placed) return placed;
       // A host was locked for it, but the cluster stopped pending in the meantime (deleted, placed elsewhere).
       if (row.picked > 0) return { kind: 'gone' };
       couldFit = row.could_fit === true;

@@ -1,6 +1,7 @@
 import type { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { gpuTypeSql } from './gpu-types.ts';
+import { RESERVATION_COUNTS } from './reservations.ts';
 
 type Tx = Prisma.TransactionClient;
 
@@ -142,9 +143,7 @@ const CLEAR_VOID_RESERVATIONS_SQL = `
   UPDATE host_allocations a
      SET reserved_by = NULL, reserved_gpu_type = NULL, reserved_gpu_count = 0, reserved_cpu_cores = 0,
          reserved_memory_gb = 0, reserved_storage_gb = 0, reserved_at = NULL, updated_at = now()
-   WHERE a.reserved_by IS NOT NULL
-     AND NOT EXISTS (SELECT 1 FROM clusters r WHERE r.id = a.reserved_by AND r.status = 'pending'
-                       AND r.deleted_at IS NULL AND r.host_id IS NULL)`;
+   WHERE a.reserved_by IS NOT NULL AND NOT ${RESERVATION_COUNTS}`;
 
 /** Hosts whose materialised capacity differs from what holds GPUs now (tests and the benchmark check none does). */
 export async function driftedHosts(db: Database): Promise<string[]> {

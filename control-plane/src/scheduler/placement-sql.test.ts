@@ -252,4 +252,66 @@ describe('placement statement', () => {
     expect(tally.busy).toBeGreaterThan(5);
     expect(tally.impossible).toBeGreaterThan(2);
   });
+
+  // allocateMany sends what the batch did not place through allocate (queue, reservation), held above.
+  it(`places a batch as the pure rule placing one request after another does, on ${CASES} random fleets`, async () => {
+    let placed = 0;
+    for (let seed = 1; seed <= CASES; seed++) {
+      const { hosts, request, clusterId } = await buildCase(seed);
+      const rnd = random(seed * 7919);
+      const pick = <T>(values: readonly T[]): T => values[Math.floor(rnd() * values.length)]!;
+      const items = [{ clusterId, request }];
+      for (let n = 1; n < 2 + Math.floor(rnd() * 6); n++) {
+        const pinned = rnd() < 0.15 ? pick(hosts).hostId : null;
+        const more: PlacementRequest = {
+          gpuType: pick(['H100', 'H100', 'H100', 'A100'] as const),
+          gpuCount: pick([1, 1, 2, 3]),
+          cpuCores: 1 + Math.floor(rnd() * 4),
+          memoryGb: 1 + Math.floor(rnd() * 16),
+          storageGb: pick([10, 50, 120]),
+          region: pinned ? null : pick([null, null, 'us-east-1', 'eu-west-1']),
+          hostId: pinned,
+        };
+        const id = `cluster_q${seed}_${n}`;
+        await db.sql.query(
+          `INSERT INTO clusters (id, account_id, owner_id, name, status, gpu_type, gpu_count, cpu_cores, memory_gb, storage_gb,
+                                 region, host_id, gpu_indices, docker_image, command, created_at, updated_at)
+           VALUES ($1, 'acc_d', 'usr_d', $1, 'pending', $2, $3, $4, $5, $6, $7, $8, '{}', 'busybox', '{}', now(), now())`,
+          [
+            id,
+            more.gpuType,
+            more.gpuCount,
+            more.cpuCores,
+            more.memoryGb,
+            more.storageGb,
+            more.region,
+            pinned,
+          ],
+        );
+        items.push({ clusterId: id, request: more });
+      }
+      // The pure rule, one request after another, each taking what it was given.
+      const expected = items.map(({ clusterId: id, request: wanted }) => {
+        const placement = place(hosts, wanted, id);
+        if (!placement) return null;
+        const host = hosts.find((h) => h.hostId === placement.hostId)!;
+        host.takenGpuIndices = [...host.takenGpuIndices, ...placement.gpus.map((g) => g.index)];
+        host.used = {
+          cpuCores: host.used.cpuCores + wanted.cpuCores,
+          memoryGb: host.used.memoryGb + wanted.memoryGb,
+          storageGb: host.used.storageGb + wanted.storageGb,
+        };
+        return placement;
+      });
+      const outcomes = await new Allocator(db, systemClock).placeInOrder(items);
+      for (const [i, outcome] of outcomes.entries()) {
+        const context = `case ${seed}, item ${i}: ${JSON.stringify(items[i]!.request)}`;
+        const placement = expected[i];
+        expect(outcome, context).toEqual(placement ? { kind: 'placed', placement, hourlyRate: 0 } : null);
+        if (placement) placed += 1;
+      }
+      expect(await driftedHosts(db), `case ${seed}`).toEqual([]);
+    }
+    expect(placed).toBeGreaterThan(CASES);
+  });
 });

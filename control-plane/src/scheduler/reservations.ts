@@ -12,20 +12,28 @@ import type { Database } from '../db/index.ts';
  * - Reservation: the head of each queue reserves one host, so a large request is not starved by small
  *   ones taking every GPU that frees. The host: among ready, uncordoned hosts of its region that could
  *   ever fit it (GPU type and count, CPU, memory, disk totals) and are not reserved for another pending
- *   cluster, the one with the most free GPUs of its type now, i.e. the nearest to fitting (clusters run
- *   until stopped, so when GPUs will free is not known); ties by host id. The reservation stays on that
- *   host while it stays ready and able to fit the request, so it does not chase GPUs across the fleet.
+ *   cluster, the one whose needed GPUs are expected to free soonest: a host with enough GPUs of its type
+ *   free now (held up only by CPU, memory or disk) counts as now; otherwise the moment the clusters there
+ *   that end on their own (expires_at, the auto-termination time) will have freed enough, earliest ends
+ *   first (FREES_AT). Hosts where that is unknown (it would take clusters without expires_at, which run
+ *   until stopped, or other workloads) come after all those, ordered by the most free GPUs of its type now,
+ *   i.e. the nearest to fitting; last ties by host id. The reservation stays on that host while it stays
+ *   ready and able to fit the request, so it does not chase GPUs across the fleet.
  * - Backfill: on a reserved host, any other cluster (of any queue or shape, restarts pinned there
  *   included) may take only what the reservation does not need: after it the host must still have the
  *   reserved GPU count of the reserved type free and the reserved CPU, memory and disk headroom. So GPUs
  *   that free on the reserved host wait for the reserving cluster, which is placed as soon as that host —
  *   or any other — fits it. Small requests queued behind it wait too, or go to other hosts.
+ * - Pinned clusters (a stopped cluster started again goes back to the host holding its volume): each
+ *   waits for its own host only, so it reserves that host whenever it is not placed, taking the
+ *   reservation over from an unpinned queue head (which can wait on another host; it reserves again at
+ *   its next attempt) or from a younger pinned cluster of that host (oldest first, by created_at and id),
+ *   never from an older pinned one. So GPUs that free on its host wait for it, and requests arriving
+ *   later cannot starve it there. A pinned cluster does not block unpinned queues (FIFO) elsewhere.
  * - Lifetime: reservations are rows (host_allocations.reserved_*), so a restart or another replica keeps
- *   them. One counts only while its cluster is pending and unpinned: once the cluster is placed, deleted
- *   or stopped it counts for nothing at once, and its row is cleared by the placement (on the reserved
- *   host), by the release of the cluster, or by the next capacity sync.
- * - Pinned clusters (a restart on the host holding its volume) neither queue nor reserve: they can only
- *   wait for their host.
+ *   them. One counts only while its cluster is pending (and, when pinned, only on its own host): once
+ *   the cluster is placed, deleted or stopped it counts for nothing at once, and its row is cleared by the
+ *   placement (on the reserved host), by the release of the cluster, or by the next capacity sync.
  */
 
 /** An older queued cluster of the queue of cluster row `k` (which then is not its queue's head). */
@@ -47,9 +55,16 @@ const SUITABLE = `
 const CLEARED = `reserved_by = NULL, reserved_gpu_type = NULL, reserved_gpu_count = 0, reserved_cpu_cores = 0,
   reserved_memory_gb = 0, reserved_storage_gb = 0, reserved_at = NULL`;
 
-/** A reservation row still counts: its cluster is pending and not pinned. */
+/** Reservation row `a` still counts: its cluster is pending, and pinned to no host or to this one. */
 export const RESERVATION_COUNTS = `EXISTS (SELECT 1 FROM clusters r WHERE r.id = a.reserved_by AND r.status = 'pending'
-  AND r.deleted_at IS NULL AND r.host_id IS NULL)`;
+  AND r.deleted_at IS NULL AND (r.host_id IS NULL OR r.host_id = a.host_id))`;
+
+/**
+ * Pinned head `head` may take reservation row `a` over: the row's cluster is not an older cluster pinned
+ * to the same host (an unpinned queue head can wait elsewhere; a younger pinned cluster waits behind it).
+ */
+const PINNED_MAY_TAKE = `NOT EXISTS (SELECT 1 FROM clusters r WHERE r.id = a.reserved_by AND r.host_id = a.host_id
+  AND (r.created_at, r.id) < (head.created_at, head.id))`;
 
 /**
  * Marks cluster $1 queued (first time only) and drops its reservation when it is no longer the head of
@@ -65,10 +80,10 @@ const QUEUE_SQL = `
      WHERE k.id = $1::text AND k.status = 'pending' AND k.deleted_at IS NULL AND k.queued_at IS NULL
     RETURNING 1
   ), head AS MATERIALIZED (
-    SELECT k.* FROM me AS k WHERE k.host_id IS NULL AND NOT EXISTS (${OLDER_QUEUED})
+    SELECT k.* FROM me AS k WHERE k.host_id IS NOT NULL OR NOT EXISTS (${OLDER_QUEUED})
   ), kept AS MATERIALIZED (
     SELECT a.host_id FROM head
-      JOIN host_allocations a ON a.reserved_by = head.id
+      JOIN host_allocations a ON a.reserved_by = head.id AND (head.host_id IS NULL OR a.host_id = head.host_id)
       JOIN host_capacity c ON c.host_id = a.host_id AND c.gpu_type = head.gpu_type
       JOIN hosts h ON h.id = a.host_id
      WHERE ${SUITABLE}
@@ -80,20 +95,41 @@ const QUEUE_SQL = `
   SELECT (SELECT count(*) FROM head)::int AS head, (SELECT host_id FROM kept LIMIT 1) AS kept,
          (SELECT count(*) FROM mark)::int + (SELECT count(*) FROM dropped)::int AS changed`;
 
-/** Reserves a host for queue head $1 (see the rules above); returns the host, if one was free to reserve. */
+/**
+ * When enough GPUs of capacity row `c` for `head` will have freed, as far as is known: the clusters on the
+ * host that hold GPUs of that type and have an expires_at (auto-termination) free theirs then, earliest
+ * first; the first moment their freed GPUs and the free ones add up to what head asks for. Null when
+ * clusters without expires_at (or other workloads) would have to leave too: no one knows when.
+ */
+const FREES_AT = `
+  SELECT min(e.expires_at) AS frees_at FROM (
+    SELECT x.expires_at, sum(cardinality(x.gpu_indices)) OVER (ORDER BY x.expires_at, x.id) AS freed
+      FROM clusters x
+     WHERE x.host_id = c.host_id AND x.gpu_type = c.gpu_type AND cardinality(x.gpu_indices) > 0
+       AND x.expires_at IS NOT NULL AND x.deleted_at IS NULL
+  ) AS e
+   WHERE c.free_count + e.freed >= head.gpu_count`;
+
+/**
+ * Reserves a host for queue head $1, or for pinned cluster $1 its own host (see the rules above); returns
+ * the host, if one was free to reserve.
+ */
 const RESERVE_SQL = `
   WITH head AS MATERIALIZED (
-    SELECT k.id, k.gpu_type, k.gpu_count, k.cpu_cores, k.memory_gb, k.storage_gb, k.region
-      FROM clusters k WHERE k.id = $1::text AND k.status = 'pending' AND k.deleted_at IS NULL AND k.host_id IS NULL
-       AND NOT EXISTS (${OLDER_QUEUED})
+    SELECT k.id, k.created_at, k.gpu_type, k.gpu_count, k.cpu_cores, k.memory_gb, k.storage_gb, k.region, k.host_id
+      FROM clusters k WHERE k.id = $1::text AND k.status = 'pending' AND k.deleted_at IS NULL
+       AND (k.host_id IS NOT NULL OR NOT EXISTS (${OLDER_QUEUED}))
   ), target AS (
     SELECT a.host_id FROM head
-      JOIN host_capacity c ON c.gpu_type = head.gpu_type
+      JOIN host_capacity c ON c.gpu_type = head.gpu_type AND (head.host_id IS NULL OR c.host_id = head.host_id)
       JOIN hosts h ON h.id = c.host_id
       JOIN host_allocations a ON a.host_id = c.host_id
+     CROSS JOIN LATERAL (${FREES_AT}) AS f
      WHERE ${SUITABLE}
-       AND (a.reserved_by IS NULL OR NOT ${RESERVATION_COUNTS})
-     ORDER BY c.free_count DESC, c.host_id
+       AND (a.reserved_by IS NULL OR NOT ${RESERVATION_COUNTS}
+            OR (head.host_id IS NOT NULL AND ${PINNED_MAY_TAKE}))
+     ORDER BY CASE WHEN c.free_count >= head.gpu_count THEN $2::timestamptz ELSE f.frees_at END NULLS LAST,
+              c.free_count DESC, c.host_id
      LIMIT 1
      FOR UPDATE OF a SKIP LOCKED
   )

@@ -41,13 +41,18 @@ const CREATE =
   'automatically when GPUs free up. Pending clusters queue per GPU type and region, oldest first: a younger ' +
   'request asking for as many GPUs or more never goes ahead of an older pending one; a smaller one may fill ' +
   'gaps it cannot use. The oldest pending cluster of each queue reserves one host: among ready, uncordoned ' +
-  'hosts of its region that could fit it, the one with the most free GPUs of its type now (ties: host id); ' +
+  'hosts of its region that could fit it, the one whose needed GPUs are expected to free soonest: enough ' +
+  'free now counts as now, else the time by which clusters there with expires_at (earliest first) will have ' +
+  'freed enough; hosts where that is unknown (clusters without expires_at would have to end) come last, by ' +
+  'most free GPUs of its type now (ties: host id); ' +
   'it keeps that host while the host stays ready and big enough. On a reserved host other clusters may take ' +
   'only what the reservation does not need (its GPU count of its type, its CPU, memory and disk stay free), ' +
   'so GPUs freed there wait for it and a large request is not starved by small ones; it is placed as soon as ' +
   'that host or any other fits it. Reservations are stored in the database (they survive restarts and hold ' +
-  'on every replica) and count only while their cluster is pending. A stopped cluster restarting on the host ' +
-  'that holds its volume neither queues nor reserves. When no host could ever fit it: 422 ' +
+  'on every replica) and count only while their cluster is pending. A stopped or failed cluster started ' +
+  'again goes back to the host that holds its volume and only there: while that host is busy it stays ' +
+  'pending and reserves that host (over a queue head, which then reserves elsewhere, or a younger restart ' +
+  'of that host), so requests arriving later cannot take the GPUs that free there. When no host could ever fit it: 422 ' +
   'INSUFFICIENT_RESOURCES with details {requestedGpuType, availableGpuTypes}. The container gets a volume at ' +
   '/workspace (storage_gb), restart policy "no" (a container that exits puts the cluster in `error` with its ' +
   'exit code; an image that cannot be pulled does too), CPU and memory limits, and its ports published on ' +
