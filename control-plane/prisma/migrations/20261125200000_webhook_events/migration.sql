@@ -27,7 +27,6 @@ CREATE TABLE "webhook_events" (
 );
 -- Finished rows are read only by the purge; the dispatcher walks the pending ones by due time.
 CREATE INDEX "webhook_events_due_idx" ON "webhook_events"("next_attempt_at") WHERE "delivery" = 'pending';
-CREATE INDEX "webhook_events_account_id_id_idx" ON "webhook_events"("account_id", "id");
 CREATE INDEX "webhook_events_occurred_at_idx" ON "webhook_events" USING BRIN ("occurred_at");
 
 CREATE FUNCTION "anvil_record_cluster_status"() RETURNS trigger LANGUAGE plpgsql AS $$
