@@ -24,6 +24,7 @@ import { installRequestGuard } from './http/guard.ts';
 import { installOpenApi } from './http/openapi.ts';
 import { requestIdFor } from './http/request-id.ts';
 import { installRequestLog } from './http/request-log.ts';
+import { deferredChildLogger } from './http/request-logger.ts';
 import { buildSerializer, buildValidator } from './http/validation.ts';
 
 export interface BuildAppOptions {
@@ -37,6 +38,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
     loggerInstance: logger as FastifyBaseLogger,
     genReqId: requestIdFor,
     logController: new LogController({ requestIdLogLabel: 'request_id' }),
+    childLoggerFactory: deferredChildLogger,
     bodyLimit: context.config.bodyLimitBytes,
     // Explicit timeouts: a slow or stuck client cannot hold a socket forever.
     connectionTimeout: 0,
@@ -53,8 +55,16 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // A POST without a body means "no options": validate it as {} so required fields are named in the error.
+  // GET and HEAD routes have no body schema: they skip the routeOptions getter, which builds an object.
   app.addHook('preValidation', (request, _reply, done) => {
-    if (request.body === undefined && request.routeOptions.schema?.body) request.body = {};
+    const method = request.method;
+    if (
+      request.body === undefined &&
+      method !== 'GET' &&
+      method !== 'HEAD' &&
+      request.routeOptions.schema?.body
+    )
+      request.body = {};
     done();
   });
 

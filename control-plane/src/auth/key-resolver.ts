@@ -35,12 +35,17 @@ function unauthorized(message: string, reason: string): ApiError {
   return new ApiError('UNAUTHORIZED', message, { reason });
 }
 
-/** The key in an Authorization header, checked for shape and checksum (no database involved). */
-function keyValue(authorization: string | undefined): string {
+/** The key in an Authorization header, not yet checked for shape. */
+function presentedKey(authorization: string | undefined): string {
   if (!authorization) {
     throw unauthorized('missing API key: send "Authorization: Bearer <API_KEY>"', 'missing');
   }
-  const value = authorization.startsWith('Bearer ') ? authorization.slice(7).trim() : authorization.trim();
+  return authorization.startsWith('Bearer ') ? authorization.slice(7).trim() : authorization.trim();
+}
+
+/** The key in an Authorization header, checked for shape and checksum (no database involved). */
+function keyValue(authorization: string | undefined): string {
+  const value = presentedKey(authorization);
   if (!isWellFormedApiKey(value)) throw unauthorized('malformed API key', 'malformed');
   return value;
 }
@@ -99,10 +104,16 @@ export class KeyResolver {
    * uses it so a cached key costs no promise on the hot path.
    */
   resolveCached(authorization: string | undefined): Principal | undefined {
-    const hash = hashApiKey(keyValue(authorization));
+    const value = presentedKey(authorization);
+    const entry = this.cache.get(hashApiKey(value));
+    // Only keys found in the database are cached, so a hit needs no shape or checksum check; a miss
+    // still refuses a malformed key here, before anyone asks the database.
+    if (!entry) {
+      if (!isWellFormedApiKey(value)) throw unauthorized('malformed API key', 'malformed');
+      return undefined;
+    }
     const nowMs = this.options.clock.now().getTime();
-    const entry = this.cache.get(hash);
-    if (!entry || nowMs - entry.fetchedAt > this.ttl) return undefined;
+    if (nowMs - entry.fetchedAt > this.ttl) return undefined;
     return this.admit(entry, nowMs);
   }
 

@@ -76,23 +76,27 @@ export function rateLimitError(outcome: RateLimitOutcome): ApiError {
 
 /**
  * Counts one authenticated request against the account's limits and sets the headers. Returns the refusal
- * (429) or null; a promise only when a counter must be synced with the database first.
+ * (429) or null; a promise only when a counter must be synced with the database first. `route` is the
+ * route pattern (`/v2/auth/api-keys/:key_id`), which decides the endpoint limits.
  */
 export function admitRequest(
   request: FastifyRequest,
   reply: FastifyReply,
   principal: Principal,
   limits: RateLimitService,
+  route: string,
 ): ApiError | null | Promise<ApiError | null> {
-  const finish = (outcome: RateLimitOutcome): ApiError | null => {
-    setHeaders(reply, outcome);
-    return outcome.allowed ? null : rateLimitError(outcome);
-  };
   const outcome = limits.admit(
     principal,
     request.method,
-    request.routeOptions.url ?? request.url,
+    route,
     isHighPriority(request.headers['x-priority']),
   );
-  return outcome instanceof Promise ? outcome.then(finish) : finish(outcome);
+  if (outcome instanceof Promise) return outcome.then((later) => settle(reply, later));
+  return settle(reply, outcome);
+}
+
+function settle(reply: FastifyReply, outcome: RateLimitOutcome): ApiError | null {
+  setHeaders(reply, outcome);
+  return outcome.allowed ? null : rateLimitError(outcome);
 }

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import type { Principal } from '../../auth/principal.ts';
 import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import {
@@ -114,18 +115,35 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = 
         response: { 200: VerifyResponse, ...flatErrors(401, 429) },
       },
     },
-    async (request) => {
-      const p = request.principal!;
-      return {
-        valid: true,
-        key_id: p.keyId,
-        permissions: p.permissions,
-        scopes: p.scopes,
-        expires_at: p.expiresAt ? p.expiresAt.toISOString() : null,
-        type: p.keyType,
-        environment: p.environment,
-        account_id: p.accountId,
-      };
+    (request, reply) => {
+      const principal = request.principal!;
+      let body = verifyBodies.get(principal);
+      if (body === undefined) {
+        body = reply.serialize(verifyBody(principal)) as string;
+        verifyBodies.set(principal, body);
+      }
+      // Serialised above by this route's own 200 schema, so fastify sends the JSON text as it is.
+      reply.type('application/json; charset=utf-8').send(body as never);
     },
   );
 };
+
+/**
+ * GET /v2/auth/verify answers the same body for as long as the key resolver keeps the same principal
+ * (it builds a new one whenever it reloads the key), and it is called on every health check of every
+ * client: the body is serialised once per principal rather than once per request.
+ */
+const verifyBodies = new WeakMap<Principal, string>();
+
+function verifyBody(p: Principal) {
+  return {
+    valid: true,
+    key_id: p.keyId,
+    permissions: p.permissions,
+    scopes: p.scopes,
+    expires_at: p.expiresAt ? p.expiresAt.toISOString() : null,
+    type: p.keyType,
+    environment: p.environment,
+    account_id: p.accountId,
+  };
+}

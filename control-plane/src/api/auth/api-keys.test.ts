@@ -145,6 +145,37 @@ describe('API keys', () => {
     expect(res.json()).toMatchObject({ error: 'UNAUTHORIZED', details: { reason: 'expired' } });
   });
 
+  it('answers verify with the body of each key, the same on every call and after the key is reloaded', async () => {
+    const expiresAt = new Date(clock.current.getTime() + 86_400_000).toISOString();
+    const a = (await createKey({ name: 'a', permissions: ['read'], scopes: ['clusters'] })).json();
+    const b = (
+      await createKey({ name: 'b', permissions: ['read', 'write'], scopes: ['accounts'], expiresAt })
+    ).json();
+    const verify = (value: string) => t.app.inject({ url: '/v2/auth/verify', headers: t.auth(value) });
+    const first = await verify(a.value);
+    expect(first.headers['content-type']).toBe('application/json; charset=utf-8');
+    expect(first.json()).toEqual({
+      valid: true,
+      key_id: a.key.id,
+      permissions: ['read'],
+      scopes: ['clusters'],
+      expires_at: null,
+      type: 'read',
+      environment: 'live',
+      account_id: t.accountId,
+    });
+    expect((await verify(b.value)).json()).toMatchObject({
+      key_id: b.key.id,
+      permissions: ['read', 'write'],
+      scopes: ['accounts'],
+      expires_at: expiresAt,
+    });
+    expect((await verify(a.value)).body).toBe(first.body);
+    // A reloaded key (new principal) is answered from its new row.
+    await t.context.keys.invalidate();
+    expect((await verify(a.value)).body).toBe(first.body);
+  });
+
   it('revokes a key at once', async () => {
     const created = (await createKey({ name: 'r', permissions: ['read'], scopes: ['accounts'] })).json();
     expect((await t.app.inject({ url: '/v2/auth/verify', headers: t.auth(created.value) })).statusCode).toBe(
