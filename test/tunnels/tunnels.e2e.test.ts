@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import { connect, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ApiError } from '@anvil/shared';
-import { AGENT_TUNNEL_PATH, TUNNEL_HEADERS } from '@anvil/shared/protocol';
+import { AGENT_TUNNEL_PATH, TUNNEL_HEADERS, TUNNEL_UPGRADE } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
@@ -50,6 +51,41 @@ function dialRaw(url: string, headers: Record<string, string>): Promise<number> 
     });
     ws.on('error', () => {});
   });
+}
+
+/**
+ * Dials the raw stream upgrade as a forger would, over a bare socket: resolves with the answer's status
+ * once the control plane has also closed the connection.
+ */
+function dialRawUpgrade(url: string, headers: Record<string, string>): Promise<number> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: hostname, port: Number(port) });
+    let answer = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (chunk: string) => {
+      answer += chunk;
+    });
+    socket.on('error', reject);
+    socket.on('close', () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(answer)?.[1] ?? 0)));
+    const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`);
+    socket.write(
+      `GET ${AGENT_TUNNEL_PATH} HTTP/1.1\r\nHost: cp\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n` +
+        `${lines.join('')}\r\n`,
+    );
+  });
+}
+
+/** Starts a one-connection nc server inside the container (busybox: `-e` runs the rest of argv). */
+async function ncServer(world: TunnelWorld, workloadId: string, port: number, program: string[]) {
+  const session = await world.cp.context.fleet.tunnels.openExec(workloadId, {
+    command: ['nc', '-l', '-p', String(port), '-e', ...program],
+    tty: false,
+  });
+  await until(`nc listening on ${port}`, async () =>
+    (await run(world, workloadId, ['netstat', '-ltn'])).stdout.includes(`:${port}`),
+  );
+  return session;
 }
 
 describe.skipIf(!dockerAvailable())('reverse tunnels: real agent, real Docker, real control plane', () => {
@@ -143,6 +179,37 @@ describe.skipIf(!dockerAvailable())('reverse tunnels: real agent, real Docker, r
     // The agent closed the TCP connection: nc sees EOF and exits.
     expect((await listener.exit).code).toBe(0);
     await until('no tunnel left open', () => world.cp.context.fleet.tunnels.openCount === 0);
+  });
+
+  it('a stream tunnel is a raw socket: several MiB echo back byte for byte through the agent', async () => {
+    const server = await ncServer(world, workloadId, 9100, ['cat']);
+    const stream = await world.cp.context.fleet.tunnels.openStream(workloadId, 9100);
+    // No framing on the control plane's side: the agent's upgraded connection is the stream itself.
+    expect(stream).toBeInstanceOf(Socket);
+    const payload = randomBytes(6 * 1024 * 1024 + 7);
+    const echoed = readAll(stream);
+    stream.end(payload);
+    const back = await echoed;
+    expect(back.length).toBe(payload.length);
+    expect(sha256(back)).toBe(sha256(payload));
+    expect((await server.exit).code).toBe(0);
+  });
+
+  it("a half close ends only the caller's direction: the container answers after reading to EOF", async () => {
+    const server = await ncServer(world, workloadId, 9101, ['sh', '-c', 'wc -c; echo after-eof']);
+    const stream = await world.cp.context.fleet.tunnels.openStream(workloadId, 9101);
+    const reply = readAll(stream);
+    stream.end(randomBytes(3 * 1024 * 1024));
+    expect((await reply).toString().trim().split(/\s+/)).toEqual([String(3 * 1024 * 1024), 'after-eof']);
+    expect((await server.exit).code).toBe(0);
+  });
+
+  it('bytes the container sends as soon as it is connected, before any request, arrive', async () => {
+    const server = await ncServer(world, workloadId, 9102, ['echo', 'early-banner']);
+    const stream = await world.cp.context.fleet.tunnels.openStream(workloadId, 9102);
+    // The container wrote and closed while the agent was still dialling the tunnel.
+    await server.exit;
+    expect((await readAll(stream)).toString()).toBe('early-banner\n');
   });
 
   it('exec without a PTY: stdout, stderr, exit code, env, user and working directory', async () => {
@@ -264,6 +331,12 @@ describe.skipIf(!dockerAvailable())('reverse tunnels: real agent, real Docker, r
     expect(await dialRaw(world.url, { ...base, authorization: 'Bearer not-the-credential' })).toBe(401);
     expect(await dialRaw(world.url, { [TUNNEL_HEADERS.hostId]: world.hostId })).toBe(400);
     expect(await dialRaw(world.url, {})).toBe(400);
+    // The raw stream upgrade: refused the same way, and the connection closed.
+    expect(await dialRawUpgrade(world.url, base)).toBe(401);
+    expect(await dialRawUpgrade(world.url, { ...base, authorization: 'Bearer not-the-credential' })).toBe(
+      401,
+    );
+    expect(await dialRawUpgrade(world.url, {})).toBe(400);
     // The agent's connection and the tunnels are unaffected.
     expect(world.cp.context.fleet.agents.isConnectedHere(world.hostId)).toBe(true);
     const stream = await world.cp.context.fleet.tunnels.openStream(workloadId, 8080);

@@ -1,13 +1,16 @@
-import type { CommandBody } from '@anvil/shared/protocol';
+import type { Socket } from 'node:net';
+import { type CommandBody, TUNNEL_UPGRADE } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
 import type { HostCredential } from '../connection/credential-store.ts';
 import { errorMessage } from '../errors.ts';
 import { createExec, joinExec, startExec } from './exec.ts';
+import { pipeSockets, reset } from './pipe.ts';
 import { dialTunnel } from './socket.ts';
 import { connectTcp, joinStream } from './stream.ts';
 import { findTunnelContainer } from './target.ts';
+import { dialUpgrade } from './upgrade.ts';
 import { tunnelUrl } from './url.ts';
 
 export type OpenTunnelCommand = Extract<CommandBody, { name: 'open_tunnel' }>;
@@ -23,11 +26,13 @@ export interface TunnelManagerOptions {
 
 /**
  * Opens the reverse tunnels the control plane asks for (`open_tunnel`) and keeps them until either end
- * closes. Each tunnel is its own WebSocket, independent of the agent's connection: a reconnect of the
- * main connection does not cut a terminal session or a proxied download.
+ * closes. Each tunnel is its own connection, independent of the agent's: a reconnect of the main
+ * connection does not cut a terminal session or a proxied download. A stream tunnel the control plane
+ * offers as a raw upgrade is a plain socket joined to the container's; the rest are WebSockets.
  */
 export class TunnelManager {
-  readonly #open = new Set<WebSocket>();
+  /** How to tear down each open tunnel. */
+  readonly #open = new Set<() => void>();
   #stopped = false;
 
   constructor(private readonly o: TunnelManagerOptions) {}
@@ -44,15 +49,15 @@ export class TunnelManager {
     const timeoutMs = this.o.connectTimeoutMs ?? 10_000;
     const logger = this.o.logger.child({ tunnelId: command.tunnelId, workloadId: command.workloadId });
     const container = await findTunnelContainer(docker, credential.hostId, command.workloadId);
-    const dial = () =>
-      dialTunnel({
-        url: tunnelUrl(this.o.controlPlaneUrl),
-        hostId: credential.hostId,
-        credential: credential.credential,
-        tunnelId: command.tunnelId,
-        token: command.token,
-        timeoutMs,
-      });
+    const tunnelDial = {
+      url: tunnelUrl(this.o.controlPlaneUrl),
+      hostId: credential.hostId,
+      credential: credential.credential,
+      tunnelId: command.tunnelId,
+      token: command.token,
+      timeoutMs,
+    };
+    const dial = () => dialTunnel(tunnelDial);
     const target = command.target;
     if (target.kind === 'stream') {
       if (!container.ipAddress) {
@@ -60,6 +65,22 @@ export class TunnelManager {
       }
       // The port first: a refused port is the command's error, before any socket is dialled.
       const tcp = await connectTcp(container.ipAddress, target.port, timeoutMs);
+      // Nothing reads the connection while the tunnel is dialled (what the container sends at once waits
+      // in its buffer), but a reset meanwhile must not be an uncaught error.
+      const early = () => {};
+      tcp.on('error', early);
+      if (target.upgrade === TUNNEL_UPGRADE) {
+        let tunnel: Socket;
+        try {
+          tunnel = await dialUpgrade(tunnelDial);
+        } catch (error) {
+          tcp.destroy();
+          throw error;
+        }
+        tcp.off('error', early);
+        this.#trackRaw(tunnel, tcp, logger, target.port);
+        return { tunnelId: command.tunnelId };
+      }
       let ws: WebSocket;
       try {
         ws = await dial();
@@ -67,6 +88,7 @@ export class TunnelManager {
         tcp.destroy();
         throw error;
       }
+      tcp.off('error', early);
       this.#track(ws, joinStream(ws, tcp), logger, { port: target.port });
     } else {
       const exec = await createExec(docker, container.id, target);
@@ -87,19 +109,35 @@ export class TunnelManager {
   }
 
   #track(ws: WebSocket, done: Promise<void>, logger: Logger, details: Record<string, unknown>): void {
-    this.#open.add(ws);
+    const close = () => ws.terminate();
+    this.#open.add(close);
     logger.debug(details, 'tunnel open');
     void done
       .catch((error: unknown) => logger.warn({ err: errorMessage(error) }, 'tunnel failed'))
       .finally(() => {
-        this.#open.delete(ws);
+        this.#open.delete(close);
         logger.debug(details, 'tunnel closed');
       });
+  }
+
+  #trackRaw(tunnel: Socket, tcp: Socket, logger: Logger, port: number): void {
+    // Reset, not closed: the control plane must not take a tunnel cut by the agent's stop for a whole stream.
+    const close = () => {
+      reset(tunnel);
+      reset(tcp);
+    };
+    this.#open.add(close);
+    logger.debug({ port, transport: 'raw' }, 'tunnel open');
+    void pipeSockets(tunnel, tcp).then(({ bytesIn, bytesOut, error }) => {
+      this.#open.delete(close);
+      if (error) logger.warn({ port, err: error, bytesIn, bytesOut }, 'tunnel failed');
+      else logger.debug({ port, bytesIn, bytesOut }, 'tunnel closed');
+    });
   }
 
   /** Closes every tunnel (the agent is stopping): their TCP connections close, exec'd processes are killed. */
   closeAll(): void {
     this.#stopped = true;
-    for (const ws of this.#open) ws.terminate();
+    for (const close of this.#open) close();
   }
 }

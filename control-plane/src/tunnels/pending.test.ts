@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { WebSocket } from 'ws';
-import { PendingTunnels } from './pending.ts';
+import { PendingTunnels, type TunnelSocket } from './pending.ts';
 
-const fakeSocket = {} as WebSocket;
+const fakeSocket: TunnelSocket = { kind: 'websocket', ws: {} as WebSocket };
 
 describe('PendingTunnels', () => {
   it('hands the socket over to the first claim with the right token, once', async () => {
@@ -30,6 +30,22 @@ describe('PendingTunnels', () => {
       reason: 'the tunnel was asked of another host',
     });
     expect(pending.claim(ticket.tunnelId, ticket.token, 'host_a').ok).toBe(true);
+  });
+
+  it('takes a raw upgrade only for a stream ticket, and keeps an exec ticket a raw claim hit', () => {
+    const pending = new PendingTunnels();
+    const exec = pending.create('host_a', 10_000, () => new Error('expired'));
+    expect(pending.claim(exec.tunnelId, exec.token, 'host_a', true)).toMatchObject({
+      ok: false,
+      status: 400,
+    });
+    expect(pending.claim(exec.tunnelId, exec.token, 'host_a').ok).toBe(true);
+    const stream = pending.create('host_a', 10_000, () => new Error('expired'), true);
+    expect(pending.claim(stream.tunnelId, stream.token, 'host_a', true).ok).toBe(true);
+    expect(pending.claim(stream.tunnelId, stream.token, 'host_a', true)).toMatchObject({
+      ok: false,
+      status: 401,
+    });
   });
 
   it('expires and cancels', async () => {

@@ -1,5 +1,5 @@
 import { createServer, type Server } from 'node:http';
-import { type AddressInfo, connect } from 'node:net';
+import { type AddressInfo, connect, Socket } from 'node:net';
 import { ApiError } from '@anvil/shared';
 import {
   AGENT_TUNNEL_PATH,
@@ -9,6 +9,7 @@ import {
   encodeFrame,
   TUNNEL_CHANNEL,
   TUNNEL_HEADERS,
+  TUNNEL_UPGRADE,
 } from '@anvil/shared/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
@@ -48,6 +49,39 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
       });
       ws.on('error', () => {});
       ws.on('open', () => resolve(ws));
+    });
+  }
+
+  /**
+   * Dials the raw stream upgrade as the agent does, over a bare socket: resolves with the answer's status,
+   * the socket (the tunnel after a 101), what followed the head, and whether the server closed it.
+   */
+  function dialRaw(
+    command: Pick<OpenTunnel, 'tunnelId' | 'token'>,
+    who = host,
+    token = command.token,
+    upgrade: string = TUNNEL_UPGRADE,
+  ): Promise<{ status: number; socket: Socket; rest: Buffer; closed: Promise<void> }> {
+    return new Promise((resolve, reject) => {
+      const socket = connect({ host: '127.0.0.1', port: (server.address() as AddressInfo).port });
+      const closed = new Promise<void>((done) => socket.once('close', () => done()));
+      socket.on('error', reject);
+      socket.write(
+        `GET ${AGENT_TUNNEL_PATH} HTTP/1.1\r\nHost: cp\r\nConnection: Upgrade\r\nUpgrade: ${upgrade}\r\n` +
+          `Authorization: Bearer ${who.credential}\r\n${TUNNEL_HEADERS.hostId}: ${who.hostId}\r\n` +
+          `${TUNNEL_HEADERS.tunnelId}: ${command.tunnelId}\r\n${TUNNEL_HEADERS.token}: ${token}\r\n\r\n`,
+      );
+      let buffered = Buffer.alloc(0);
+      const onData = (chunk: Buffer) => {
+        buffered = Buffer.concat([buffered, chunk]);
+        const end = buffered.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        socket.off('data', onData);
+        socket.pause();
+        const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(buffered.toString('latin1'))?.[1] ?? 0);
+        resolve({ status, socket, rest: buffered.subarray(end + 4), closed });
+      };
+      socket.on('data', onData);
     });
   }
 
@@ -107,7 +141,7 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
     await cp.close();
   });
 
-  it('joins the agent socket to a stream: bytes both ways, half close, normal end', async () => {
+  it('an agent without the raw upgrade dials a WebSocket for a stream: framed bytes both ways, half close, normal end', async () => {
     let agentSide!: WebSocket;
     const received: Buffer[] = [];
     scriptedAgent = async (command) => {
@@ -140,6 +174,73 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
     const chunks: Buffer[] = [];
     for await (const chunk of stream) chunks.push(chunk as Buffer);
     expect(Buffer.concat(chunks).toString()).toBe('world');
+  });
+
+  it('a raw upgrade: the stream is the socket itself, bytes pass unframed both ways, half close holds', async () => {
+    let agentSide!: Socket;
+    scriptedAgent = async (command) => {
+      expect(command.target).toEqual({ kind: 'stream', port: 8080, upgrade: TUNNEL_UPGRADE });
+      const dialled = await dialRaw(command);
+      expect(dialled.status).toBe(101);
+      agentSide = dialled.socket;
+      agentSide.allowHalfOpen = true;
+      return { tunnelId: command.tunnelId };
+    };
+    const stream = await service.openStream(workloadId, 8080);
+    expect(stream).toBeInstanceOf(Socket);
+    expect(service.openCount).toBe(1);
+    // What the caller writes reaches the agent as it is, no channel byte; its FIN arrives as a FIN.
+    const upload = Buffer.alloc(2 * 1024 * 1024 + 3, 0x5a);
+    stream.end(upload);
+    const atAgent: Buffer[] = [];
+    agentSide.on('data', (chunk: Buffer) => atAgent.push(chunk));
+    agentSide.resume();
+    await new Promise((resolve) => agentSide.once('end', resolve));
+    expect(Buffer.concat(atAgent).equals(upload)).toBe(true);
+    // The other direction is still open after the caller's half close.
+    agentSide.end('the reply');
+    const reply: Buffer[] = [];
+    for await (const chunk of stream) reply.push(chunk as Buffer);
+    expect(Buffer.concat(reply).toString()).toBe('the reply');
+    await expect.poll(() => service.openCount).toBe(0);
+  });
+
+  it('refuses a raw upgrade with a wrong or reused token, or for an exec tunnel, and closes the connection', async () => {
+    let used!: OpenTunnel;
+    scriptedAgent = async (command) => {
+      used = command;
+      const forged = await dialRaw(command, host, 'A'.repeat(43));
+      expect(forged.status).toBe(401);
+      expect(forged.rest.toString()).toBe('unknown, expired or already used tunnel token\n');
+      await forged.closed;
+      const real = await dialRaw(command);
+      expect(real.status).toBe(101);
+      return {};
+    };
+    const stream = await service.openStream(workloadId, 80);
+    const replay = await dialRaw(used);
+    expect(replay.status).toBe(401);
+    await replay.closed;
+    stream.destroy();
+
+    const unknownUpgrade = await dialRaw(used, host, used.token, 'teapot/1');
+    expect(unknownUpgrade.status).toBe(400);
+    await unknownUpgrade.closed;
+
+    let execTicket!: OpenTunnel;
+    scriptedAgent = async (command) => {
+      execTicket = command;
+      const raw = await dialRaw(command);
+      expect(raw.status).toBe(400);
+      await raw.closed;
+      // The refusal left the ticket for a WebSocket.
+      const ws = await dial(command);
+      if (typeof ws === 'number') throw new Error(`refused: ${ws}`);
+      return {};
+    };
+    const session = await service.openExec(workloadId, { command: ['true'], tty: false });
+    expect(execTicket.target.kind).toBe('exec');
+    session.close();
   });
 
   it('survives an agent resetting its socket while it is checked and refused', async () => {

@@ -1,20 +1,22 @@
 import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ApiError } from '@anvil/shared';
 import {
   type CommandBody,
   MAX_FRAME_BYTES,
   TUNNEL_HEADERS,
+  TUNNEL_UPGRADE,
   type TunnelTarget,
   TunnelTarget as TunnelTargetSchema,
 } from '@anvil/shared/protocol';
 import type { TSchema } from '@sinclair/typebox';
 import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
-import { type WebSocket, WebSocketServer } from 'ws';
+import { WebSocketServer } from 'ws';
 import type { GatewayLogger } from '../agents/connection.ts';
 import type { HostService } from '../hosts/hosts.ts';
 import type { WorkloadService } from '../workloads/workloads.ts';
-import { type PendingTunnel, PendingTunnels } from './pending.ts';
+import { discardTunnelSocket, type PendingTunnel, PendingTunnels, type TunnelSocket } from './pending.ts';
 import { tunnelExec, tunnelStream } from './sessions.ts';
 import type { ExecOptions, ExecSession, TunnelOpener } from './types.ts';
 
@@ -52,9 +54,13 @@ function checkTarget(target: TunnelTarget): void {
 /**
  * Reverse tunnels through the agents (TunnelOpener). Opening one: a one-time ticket (random id and
  * token, expiring with the open time-out), the `open_tunnel` command to the workload's host, then the
- * agent's tunnel socket at AGENT_TUNNEL_PATH, checked against the ticket and the host credential
- * before it is upgraded. The agent replies only once its socket is open, so a successful reply means
- * the socket has been claimed here.
+ * agent's tunnel connection at AGENT_TUNNEL_PATH, checked against the ticket and the host credential
+ * before it is upgraded. The agent replies only once its connection is open, so a successful reply
+ * means it has been claimed here.
+ *
+ * Stream tunnels are offered as raw byte pipes (an HTTP Upgrade to TUNNEL_UPGRADE): openStream hands the
+ * caller the upgraded socket itself, so the control plane's only cost per byte is the kernel's. An agent
+ * that predates the upgrade dials a WebSocket instead, still accepted (framed, as exec tunnels are).
  *
  * Several replicas: the command reaches the agent wherever it is connected, but the tunnel socket must
  * land on the replica that asked (the one holding the ticket); elsewhere it is refused with 401.
@@ -68,6 +74,8 @@ export class TunnelService implements TunnelOpener {
     perMessageDeflate: false,
     clientTracking: true,
   });
+  /** Raw stream tunnels handed out and not yet closed (WebSocket ones are the server's clients). */
+  readonly #raw = new Set<Socket>();
   #logger: GatewayLogger = silent;
   #closing = false;
 
@@ -80,7 +88,7 @@ export class TunnelService implements TunnelOpener {
   }
 
   get openCount(): number {
-    return this.#wss.clients.size;
+    return this.#wss.clients.size + this.#raw.size;
   }
 
   async openStream(
@@ -94,12 +102,16 @@ export class TunnelService implements TunnelOpener {
         reason: 'out of range',
       });
     }
-    const ws = await this.#open(workloadId, { kind: 'stream', port }, options.signal);
-    return tunnelStream(ws);
+    const claimed = await this.#open(
+      workloadId,
+      { kind: 'stream', port, upgrade: TUNNEL_UPGRADE },
+      options.signal,
+    );
+    return claimed.kind === 'raw' ? claimed.socket : tunnelStream(claimed.ws);
   }
 
   async openExec(workloadId: string, options: ExecOptions): Promise<ExecSession> {
-    const ws = await this.#open(workloadId, {
+    const claimed = await this.#open(workloadId, {
       kind: 'exec',
       command: options.command,
       tty: options.tty,
@@ -109,14 +121,21 @@ export class TunnelService implements TunnelOpener {
       user: options.user ?? null,
       workingDir: options.workingDir ?? null,
     });
-    return tunnelExec(ws);
+    if (claimed.kind !== 'websocket') {
+      // The ticket refuses raw claims for exec; this is a guard, not a path.
+      discardTunnelSocket(claimed);
+      throw new ApiError('AGENT_COMMAND_FAILED', 'the agent opened an exec tunnel without framing');
+    }
+    return tunnelExec(claimed.ws);
   }
 
-  async #open(workloadId: string, target: TunnelTarget, signal?: AbortSignal): Promise<WebSocket> {
+  async #open(workloadId: string, target: TunnelTarget, signal?: AbortSignal): Promise<TunnelSocket> {
     signal?.throwIfAborted();
     checkTarget(target);
     if (this.#closing) throw new ApiError('HOST_NOT_CONNECTED', 'the control plane is shutting down');
     const workload = await this.#o.workloads.get(workloadId);
+    // An abort while the workload was looked up: its listener below would never fire.
+    signal?.throwIfAborted();
     const hostId = workload.hostId;
     const timeoutMs = this.#o.openTimeoutMs ?? 15_000;
     const ticket: PendingTunnel = this.#pending.create(
@@ -127,6 +146,7 @@ export class TunnelService implements TunnelOpener {
           hostId,
           workloadId,
         }),
+      target.kind === 'stream',
     );
     // An abort settles the wait at once; a socket the agent still opens is refused or closed.
     let onAbort = () => {};
@@ -144,40 +164,57 @@ export class TunnelService implements TunnelOpener {
         ),
         aborted,
       ]);
-      const ws = await ticket.socket;
+      const claimed = await ticket.socket;
       if (signal?.aborted) {
-        ws.terminate();
+        discardTunnelSocket(claimed);
         signal.throwIfAborted();
       }
-      this.#logger.debug({ hostId, workloadId, kind: target.kind }, 'tunnel open');
-      return ws;
+      this.#logger.debug({ hostId, workloadId, kind: target.kind, transport: claimed.kind }, 'tunnel open');
+      if (claimed.kind === 'raw') this.#trackRaw(claimed.socket, { hostId, workloadId });
+      return claimed;
     } catch (error) {
       ticket.cancel(error as Error);
       // A socket claimed before the failure (a reply that came too late) is closed; an unclaimed
       // ticket is gone, so a socket arriving for it now is refused.
-      void ticket.socket.then(
-        (ws) => ws.terminate(),
-        () => {},
-      );
+      void ticket.socket.then(discardTunnelSocket, () => {});
       throw error;
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }
   }
 
+  /** Counts a raw tunnel until it closes, and logs what it carried (the caller has the socket itself). */
+  #trackRaw(socket: Socket, details: { hostId: string; workloadId: string }): void {
+    if (socket.destroyed) return;
+    // The upgrade's request and 101 went over this socket too: count the stream's bytes from here.
+    const read = socket.bytesRead;
+    const written = socket.bytesWritten;
+    this.#raw.add(socket);
+    socket.once('close', () => {
+      this.#raw.delete(socket);
+      this.#logger.debug(
+        { ...details, bytesFromAgent: socket.bytesRead - read, bytesToAgent: socket.bytesWritten - written },
+        'tunnel closed',
+      );
+    });
+  }
+
   /**
-   * Upgrade requests at AGENT_TUNNEL_PATH (the gateway hands them over). Refused before the upgrade
-   * with a bare HTTP status: 400 without the headers, 401 for a wrong credential or ticket, 503 while
-   * shutting down.
+   * Upgrade requests at AGENT_TUNNEL_PATH (the gateway hands them over): `Upgrade: websocket`, or
+   * TUNNEL_UPGRADE for a raw stream tunnel. Refused before the upgrade with a bare HTTP status: 400
+   * without the headers (or an upgrade this ticket or endpoint does not take), 401 for a wrong
+   * credential or ticket, 503 while shutting down.
    */
   handleUpgrade(request: IncomingMessage, socket: Duplex, head: Buffer): void {
     // Until ws owns the socket nothing else listens for its errors: an agent resetting the connection
-    // while it is checked (or refused) must not become an uncaught 'error' that ends the process.
+    // while it is checked (or refused) must not become an uncaught 'error' that ends the process. A raw
+    // socket keeps this listener for its life: its user adds its own, and a reset must never be fatal.
     const onError = () => socket.destroy();
     socket.on('error', onError);
-    this.#authorise(request).then(
+    const upgrade = (request.headers.upgrade ?? '').trim().toLowerCase();
+    const raw = upgrade === TUNNEL_UPGRADE;
+    this.#authorise(request, raw, upgrade).then(
       (outcome) => {
-        if (outcome.ok) socket.off('error', onError);
         if (!outcome.ok) {
           this.#logger.warn(
             { remote: request.socket.remoteAddress, reason: outcome.reason, status: outcome.status },
@@ -186,7 +223,12 @@ export class TunnelService implements TunnelOpener {
           refuse(socket, outcome.status, outcome.reason);
           return;
         }
-        this.#wss.handleUpgrade(request, socket, head, (ws) => outcome.accept(ws));
+        if (raw) {
+          outcome.accept({ kind: 'raw', socket: acceptRaw(socket as Socket, head) });
+          return;
+        }
+        socket.off('error', onError);
+        this.#wss.handleUpgrade(request, socket, head, (ws) => outcome.accept({ kind: 'websocket', ws }));
       },
       (error: unknown) => {
         this.#logger.error({ err: error }, 'checking a tunnel socket failed');
@@ -197,8 +239,15 @@ export class TunnelService implements TunnelOpener {
 
   async #authorise(
     request: IncomingMessage,
-  ): Promise<{ ok: true; accept(ws: WebSocket): void } | { ok: false; status: number; reason: string }> {
+    raw: boolean,
+    upgrade: string,
+  ): Promise<
+    { ok: true; accept(socket: TunnelSocket): void } | { ok: false; status: number; reason: string }
+  > {
     if (this.#closing) return { ok: false, status: 503, reason: 'the control plane is shutting down' };
+    if (!raw && upgrade !== 'websocket') {
+      return { ok: false, status: 400, reason: `a tunnel socket upgrades to websocket or ${TUNNEL_UPGRADE}` };
+    }
     const header = (name: string) => {
       const value = request.headers[name];
       return typeof value === 'string' && value.length > 0 && value.length <= 512 ? value : null;
@@ -217,8 +266,8 @@ export class TunnelService implements TunnelOpener {
     }
     const auth = await this.#o.hosts.authenticate(hostId, credential);
     if (!auth.ok) return { ok: false, status: 401, reason: auth.reason };
-    const claim = this.#pending.claim(tunnelId, token, hostId);
-    if (!claim.ok) return { ok: false, status: 401, reason: claim.reason };
+    const claim = this.#pending.claim(tunnelId, token, hostId, raw);
+    if (!claim.ok) return claim;
     return { ok: true, accept: claim.accept };
   }
 
@@ -227,7 +276,25 @@ export class TunnelService implements TunnelOpener {
     this.#closing = true;
     this.#pending.cancelAll(new ApiError('HOST_NOT_CONNECTED', 'the control plane is shutting down'));
     for (const ws of this.#wss.clients) ws.terminate();
+    for (const socket of this.#raw) socket.destroy();
   }
+}
+
+/**
+ * Completes a raw upgrade: `101 Switching Protocols`, then the socket is the tunnel. Bytes the agent sent
+ * behind its request head (in the same read) go back in front of the stream.
+ */
+function acceptRaw(socket: Socket, head: Buffer): Socket {
+  socket.write(
+    `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n\r\n`,
+  );
+  if (head.length > 0) socket.unshift(head);
+  // The HTTP server's request timers no longer apply; a tunnel lives as long as its ends want.
+  socket.setTimeout(0);
+  socket.setNoDelay(true);
+  // FIN in one direction must not end the other: the caller half-closes as the container does.
+  socket.allowHalfOpen = true;
+  return socket;
 }
 
 function refuse(socket: Duplex, status: number, reason: string): void {

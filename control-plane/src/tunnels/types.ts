@@ -10,6 +10,8 @@ export interface TunnelOpener {
    * A byte stream to `port` of the workload's container at its address on the Docker network (no host
    * port needed). Rejects with ApiError HOST_NOT_CONNECTED / WORKLOAD_NOT_FOUND / AGENT_COMMAND_FAILED
    * (connection refused inside the container) / AGENT_TIMEOUT. Destroying the stream closes the tunnel.
+   * Through an agent it is the agent's upgraded tunnel socket itself (net.Socket, or tls.TLSSocket when
+   * the control plane serves TLS); end() is a half close, the container's reply still arrives.
    */
   openStream(workloadId: string, port: number, options?: { signal?: AbortSignal }): Promise<Duplex>;
   /** A process inside the workload's container (docker exec), with or without a PTY. */

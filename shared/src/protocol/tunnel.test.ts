@@ -11,6 +11,7 @@ import {
   FrameSender,
   MAX_TUNNEL_CHUNK,
   TUNNEL_CHANNEL,
+  TUNNEL_UPGRADE,
   type TunnelTarget,
   tunnelSignal,
 } from './tunnel.ts';
@@ -111,6 +112,16 @@ describe('the open_tunnel command', () => {
     const message = createMessage('command', { command: { ...base, target: exec } });
     expect(decodeControlPlaneMessage(encodeMessage(message))).toMatchObject({ ok: true });
     expect(decode({ kind: 'stream', port: 8080 })).toMatchObject({ ok: true });
+  });
+
+  it('offers the raw upgrade on a stream target; a later version still decodes (the agent then dials a WebSocket)', () => {
+    expect(TUNNEL_UPGRADE).toBe('anvil-tunnel/1');
+    expect(decode({ kind: 'stream', port: 8080, upgrade: TUNNEL_UPGRADE })).toMatchObject({ ok: true });
+    expect(decode({ kind: 'stream', port: 8080, upgrade: 'anvil-tunnel/9' })).toMatchObject({ ok: true });
+    expect(decode({ kind: 'stream', port: 8080, upgrade: 'x'.repeat(65) })).toMatchObject({
+      ok: false,
+      code: 'invalid_message',
+    });
   });
 
   it('refuses bad targets', () => {

@@ -4,9 +4,19 @@ import { Nullable } from './common.ts';
 /**
  * Reverse tunnels (see README.md, "Tunnels"). The control plane sends the agent an `open_tunnel`
  * command carrying a one-time tunnel id and token; the agent connects the target inside the container,
- * then dials a second WebSocket at AGENT_TUNNEL_PATH presenting its host credential and the token, and
- * joins the two. Bytes travel as binary frames: one channel byte, then the payload.
+ * then dials AGENT_TUNNEL_PATH presenting its host credential and the token, and joins the two.
+ * - A stream target whose `upgrade` names TUNNEL_UPGRADE: an HTTP/1.1 Upgrade to that protocol; after
+ *   `101 Switching Protocols` the connection is a raw byte pipe (no framing, TCP half close as is).
+ * - Everything else (exec targets; stream targets from a control plane that does not offer the
+ *   upgrade): a WebSocket whose binary frames carry one channel byte, then the payload.
  */
+
+/**
+ * The `Upgrade` token of a raw stream tunnel (protocol-name/version, RFC 9110 section 7.8). A control
+ * plane offers it in the stream target; an agent that knows it dials with it, an older one ignores the
+ * field and dials a WebSocket, which the control plane still accepts for stream tunnels.
+ */
+export const TUNNEL_UPGRADE = 'anvil-tunnel/1';
 
 /** Headers of the tunnel socket's upgrade request (the host credential goes in `authorization: Bearer`). */
 export const TUNNEL_HEADERS = {
@@ -41,8 +51,17 @@ export function tunnelSignal(name: string): TunnelSignal | null {
 const Dimension = Type.Integer({ minimum: 1, maximum: 10_000 });
 
 export const TunnelTarget = Type.Union([
-  /** A TCP connection to `port` at the container's address on its Docker network. */
-  Type.Object({ kind: Type.Literal('stream'), port: Type.Integer({ minimum: 1, maximum: 65535 }) }),
+  /**
+   * A TCP connection to `port` at the container's address on its Docker network. `upgrade`: the raw
+   * upgrade the control plane accepts for this tunnel (TUNNEL_UPGRADE). An agent dials it only when it
+   * knows that token, and a WebSocket otherwise (absent, or a later version it does not speak): any
+   * string is valid here, so a newer control plane's offer never makes the command itself invalid.
+   */
+  Type.Object({
+    kind: Type.Literal('stream'),
+    port: Type.Integer({ minimum: 1, maximum: 65535 }),
+    upgrade: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+  }),
   /** A process started with docker exec; argv, never a shell string. */
   Type.Object({
     kind: Type.Literal('exec'),
@@ -66,7 +85,8 @@ export const TunnelId = Type.String({ pattern: '^[A-Za-z0-9_-]{16,64}$' });
 export const TunnelToken = Type.String({ pattern: '^[A-Za-z0-9_-]{32,128}$' });
 
 /**
- * Frame channels. Directions: `in` control plane -> agent, `out` agent -> control plane.
+ * Frame channels of a WebSocket tunnel (exec, and streams of agents without the raw upgrade).
+ * Directions: `in` control plane -> agent, `out` agent -> control plane.
  * - stdin (in): bytes for the TCP connection or the process's standard input;
  * - stdout (out): bytes from the TCP connection or the process (a PTY's whole output);
  * - stderr (out): the process's standard error (exec without a PTY only);
