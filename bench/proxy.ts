@@ -6,6 +6,9 @@
 // server's, and the ratios measure what the proxy costs. wrk (Debian: apt-get install wrk) rather than
 // autocannon: autocannon's own response handling tops out near 30 MB/s on 1 MiB bodies, below what a
 // container port serves. The server process's CPU time per request is printed beside each proxy row.
+// A "ceiling" row per body size is a bare node:https server (bench/servers/https-ceiling.ts, its own
+// process, the proxy's certificate and TLS settings) serving the same bodies from memory: what any Node.js
+// TLS endpoint reaches on this machine against the plain-HTTP C server, the bound the proxy works under.
 // Figures are printed, never asserted on.
 // Run: `npm run bench` (all benches) or `node --import tsx bench/proxy.ts`.
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
@@ -44,22 +47,43 @@ interface Info {
   direct: string;
   key: string;
   tunnels: 'bridge' | 'agent';
+  /** PEM files of the certificate the proxy serves (the ceiling server serves the same). */
+  tls: { cert: string; key: string };
 }
 
-async function startServer(): Promise<{ info: Info; child: ChildProcess }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(HERE, 'servers', 'proxy.ts')], {
+/** A server process started by the bench: its READY line's JSON and the process (CPU over IPC). */
+async function spawnServer<T>(
+  script: string,
+  ready: string,
+  env: Record<string, string>,
+  flags: string[] = [],
+): Promise<{ info: T; child: ChildProcess }> {
+  const child = spawn(process.execPath, [...flags, '--import', 'tsx', join(HERE, 'servers', script)], {
     stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
-    env: { ...process.env, LOG_LEVEL: 'warn' },
+    env: { ...process.env, LOG_LEVEL: 'warn', ...env },
   });
   const lines = createInterface({ input: child.stdout! });
-  const info = await new Promise<Info>((resolve, reject) => {
+  const info = await new Promise<T>((resolve, reject) => {
     lines.on('line', (line) => {
-      if (line.startsWith(READY)) resolve(JSON.parse(line.slice(READY.length)) as Info);
-      else process.stdout.write(`[proxy server] ${line}\n`);
+      if (line.startsWith(ready)) resolve(JSON.parse(line.slice(ready.length)) as T);
+      else process.stdout.write(`[${script}] ${line}\n`);
     });
-    child.once('exit', (code) => reject(new Error(`proxy server exited with ${code} before it was ready`)));
+    child.once('exit', (code) => reject(new Error(`${script} exited with ${code} before it was ready`)));
   });
   return { info, child };
+}
+
+async function stopServer(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null) return;
+  const exited = once(child, 'exit');
+  child.kill('SIGTERM');
+  await exited;
+}
+
+function startServer(): Promise<{ info: Info; child: ChildProcess }> {
+  // ANVIL_BENCH_PROXY_PROFILE=<dir>: the proxy's process writes a V8 CPU profile there when it exits.
+  const profile = process.env['ANVIL_BENCH_PROXY_PROFILE'];
+  return spawnServer<Info>('proxy.ts', READY, {}, profile ? ['--cpu-prof', '--cpu-prof-dir', profile] : []);
 }
 
 /** Prints one JSON line when wrk is done: what figures() needs, in wrk's own units (µs, bytes). */
@@ -166,6 +190,13 @@ export async function runProxyBench(options: ProxyBenchOptions = DEFAULTS) {
   const script = join(dir, 'report.lua');
   writeFileSync(script, WRK_REPORT);
   const { info, child } = await startServer();
+  const ceiling = await spawnServer<{ url: string }>('https-ceiling.ts', 'CEILING_READY ', {
+    ANVIL_BENCH_CEILING_CERT: info.tls.cert,
+    ANVIL_BENCH_CEILING_KEY: info.tls.key,
+  }).catch(async (error: unknown) => {
+    await stopServer(child);
+    throw error;
+  });
   process.stdout.write(
     info.tunnels === 'agent'
       ? 'proxy: tunnels through a real agent process (ANVIL_BENCH_PROXY_TUNNELS=agent); the CPU column is the control plane only\n'
@@ -173,49 +204,56 @@ export async function runProxyBench(options: ProxyBenchOptions = DEFAULTS) {
   );
   try {
     const viaProxy = { Host: info.host, Authorization: `Bearer ${info.key}` };
-    const rows: [string, string, Record<string, string>][] = [
-      ['direct 1 KiB', `${info.direct}/small.bin`, {}],
-      ['proxy  1 KiB', `${info.proxy}/small.bin`, viaProxy],
-      ['direct 1 MiB', `${info.direct}/large.bin`, {}],
-      ['proxy  1 MiB', `${info.proxy}/large.bin`, viaProxy],
+    // [row, url, headers, the process whose CPU is measured (null: not ours)]
+    const rows: [string, string, Record<string, string>, ChildProcess | null][] = [
+      ['direct 1 KiB', `${info.direct}/small.bin`, {}, null],
+      ['proxy 1 KiB', `${info.proxy}/small.bin`, viaProxy, child],
+      ['ceiling 1 KiB', `${ceiling.info.url}/small.bin`, {}, ceiling.child],
+      ['direct 1 MiB', `${info.direct}/large.bin`, {}, null],
+      ['proxy 1 MiB', `${info.proxy}/large.bin`, viaProxy, child],
+      ['ceiling 1 MiB', `${ceiling.info.url}/large.bin`, {}, ceiling.child],
     ];
     // Warm-up: tunnels, caches, JIT.
-    await drive(rows[1]![1], rows[1]![2], { ...options, seconds: 2 }, script);
-    await drive(rows[3]![1], rows[3]![2], { ...options, seconds: 2 }, script);
+    for (const [, url, headers, owner] of rows) {
+      if (owner) await drive(url, headers, { ...options, seconds: 2 }, script);
+    }
     const results = new Map<string, WrkResult[]>(rows.map(([name]) => [name, []]));
     const cpu = new Map<string, number[]>(rows.map(([name]) => [name, []]));
     for (let round = 0; round < options.rounds; round++) {
-      for (const [name, url, headers] of rows) {
-        const before = await serverCpu(child);
+      for (const [name, url, headers, owner] of rows) {
+        const before = owner ? await serverCpu(owner) : 0;
         results.get(name)!.push(await drive(url, headers, options, script));
-        if (name.startsWith('proxy')) cpu.get(name)!.push((await serverCpu(child)) - before);
+        if (owner) cpu.get(name)!.push((await serverCpu(owner)) - before);
       }
     }
     const out = new Map([...results].map(([name, r]) => [name, figures(r, cpu.get(name)!)]));
     for (const [name, f] of out) {
       process.stdout.write(
-        `${name}  ${fmt(f.rps).padStart(7)} req/s  ${fmt(f.mbps, 1).padStart(7)} MB/s  p99 ${fmt(f.p99, 1)} ms  ` +
-          `errors ${f.errors}  non-2xx ${f.non2xx}` +
-          (f.cpuUs === null ? '' : `  control-plane CPU ${fmt(f.cpuUs, 1)} µs/request`) +
+        `${name.padEnd(13)}  ${fmt(f.rps).padStart(7)} req/s  ${fmt(f.mbps, 1).padStart(7)} MB/s  ` +
+          `p99 ${fmt(f.p99, 1)} ms  errors ${f.errors}  non-2xx ${f.non2xx}` +
+          (f.cpuUs === null
+            ? ''
+            : `  ${name.startsWith('proxy') ? 'control-plane' : 'server'} CPU ${fmt(f.cpuUs, 1)} µs/request`) +
           '\n',
       );
     }
-    const rps = out.get('proxy  1 KiB')!.rps / out.get('direct 1 KiB')!.rps;
-    const mbps = out.get('proxy  1 MiB')!.mbps / out.get('direct 1 MiB')!.mbps;
+    const ratio = (a: string, b: string, by: 'rps' | 'mbps') => out.get(a)![by] / out.get(b)![by];
+    const rps = ratio('proxy 1 KiB', 'direct 1 KiB', 'rps');
+    const mbps = ratio('proxy 1 MiB', 'direct 1 MiB', 'mbps');
     const [after] = loadavg();
     process.stdout.write(
       `ratio proxy/direct: req/s ${rps.toFixed(2)} (target >= 0.6: ${rps >= 0.6 ? 'met' : 'missed'}), ` +
         `MB/s ${mbps.toFixed(2)} (target >= 0.8: ${mbps >= 0.8 ? 'met' : 'missed'}); ` +
-        `load average after ${after?.toFixed(1)}\n`,
+        `load average after ${after?.toFixed(1)}\n` +
+        `ratio proxy/ceiling: req/s ${ratio('proxy 1 KiB', 'ceiling 1 KiB', 'rps').toFixed(2)}, ` +
+        `MB/s ${ratio('proxy 1 MiB', 'ceiling 1 MiB', 'mbps').toFixed(2)}; ` +
+        `ceiling/direct: req/s ${ratio('ceiling 1 KiB', 'direct 1 KiB', 'rps').toFixed(2)}, ` +
+        `MB/s ${ratio('ceiling 1 MiB', 'direct 1 MiB', 'mbps').toFixed(2)}\n`,
     );
     return { rps, mbps, figures: out };
   } finally {
     rmSync(dir, { recursive: true, force: true });
-    if (child.exitCode === null) {
-      const exited = once(child, 'exit');
-      child.kill('SIGTERM');
-      await exited;
-    }
+    await Promise.all([stopServer(ceiling.child), stopServer(child)]);
   }
 }
 

@@ -2,7 +2,7 @@
 // running cluster whose container (bench/fixtures/static-http: a keep-alive epoll server in C serving
 // /small.bin, 1 KiB, and /large.bin, 1 MiB, from memory, so the backend is not what limits either path)
 // is reached through the proxy with the owner's key. Prints BENCH_READY {proxy, direct, key, host, tunnels}
-// once it serves; answers 'cpu' over IPC with its CPU usage; removes the container on SIGTERM.
+// (and the PEM files of its certificate) once it serves; answers 'cpu' over IPC with its CPU usage; removes the container on SIGTERM.
 // Tunnels (ANVIL_BENCH_PROXY_TUNNELS): `bridge` (default) is the named test double DockerBridgeTunnels
 // (net.connect to the container on the Docker bridge), which measures the proxy alone; `agent` is the
 // production path: a real agent in its own process runs the container as the cluster's workload and
@@ -14,6 +14,7 @@ import { Writable } from 'node:stream';
 import { createLogger, loadConfig, startServer } from '@anvil/control-plane';
 import { generateApiKey, newId } from '@anvil/shared';
 import Dockerode from 'dockerode';
+import { tlsDir } from '../../control-plane/src/proxy/tls.ts';
 import { type AgentProcess, spawnAgent } from '../../test/fleet/agent-process.ts';
 import { DockerBridgeTunnels } from '../../test/proxy/docker-bridge-tunnels.ts';
 import { ensureStaticHttpImage, STATIC_HTTP_PORT } from '../fixtures/static-http/image.ts';
@@ -146,5 +147,12 @@ process.on('message', (message) => {
 });
 const host = `${clusterId.replace('_', '-')}-${STATIC_HTTP_PORT}.${config.proxyDomain}`;
 process.stdout.write(
-  `BENCH_READY ${JSON.stringify({ proxy: `https://127.0.0.1:${server.context.proxy.port}`, host, direct, key, tunnels })}\n`,
+  `BENCH_READY ${JSON.stringify({
+    proxy: `https://127.0.0.1:${server.context.proxy.port}`,
+    host,
+    direct,
+    key,
+    tunnels,
+    tls: { cert: join(tlsDir(dataDir), 'server.crt'), key: join(tlsDir(dataDir), 'server.key') },
+  })}\n`,
 );

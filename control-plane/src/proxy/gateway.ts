@@ -4,12 +4,14 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ApiError } from '@anvil/shared';
 import type { Logger } from 'pino';
+import type { Dispatcher } from 'undici';
 import type { ProxyPortMapping } from '../db/generated/client.ts';
 import type { ProxyLimit } from './rate-limiter.ts';
+import { CLIENT_CLOSED, ResponseRelay } from './relay.ts';
 import type { ProxyService } from './service.ts';
 import { SESSION_COOKIE } from './sessions.ts';
 import type { Route } from './store.ts';
-import type { ProxyTls } from './tls.ts';
+import { PROXY_TLS_SERVER_OPTIONS, type ProxyTls } from './tls.ts';
 import { type MappingAccess, rateLimitOf } from './types.ts';
 
 /** Paths the proxy answers itself on every mapping host (never forwarded). */
@@ -52,12 +54,20 @@ interface Caller {
   visitor: string;
 }
 
+/** What of the client's credentials the container must not see. */
+interface Credentials {
+  /** The Authorization header carried an Anvil key. */
+  anvilKey: boolean;
+  /** The Cookie header without the proxy's session cookie ('' when nothing is left); null: unchanged. */
+  cookie: string | null;
+}
+
 interface Admitted {
   route: Route;
   mapping: ProxyPortMapping;
   access: MappingAccess;
   caller: Caller;
-  headers: IncomingHttpHeaders;
+  credentials: Credentials;
 }
 
 /** A refusal answered by the proxy itself: JSON `{error, message, details}` with the status. */
@@ -81,11 +91,24 @@ class Refusal {
 export class ProxyGateway {
   private server: Server | null = null;
   private readonly upgraded = new Set<Duplex>();
+  private readonly targets = new Map<string, ReturnType<typeof parseProxyHost>>();
 
   constructor(
     private readonly proxy: ProxyService,
     private readonly logger: Logger,
   ) {}
+
+  /** parseProxyHost, remembered per Host header: a client sends the same one on every request. */
+  private target(host: string | undefined): ReturnType<typeof parseProxyHost> {
+    if (host === undefined) return null;
+    let target = this.targets.get(host);
+    if (target === undefined) {
+      target = parseProxyHost(host, this.proxy.domain);
+      if (this.targets.size >= 1_000) this.targets.clear();
+      this.targets.set(host, target);
+    }
+    return target;
+  }
 
   get port(): number | null {
     const address = this.server?.address() as AddressInfo | null | undefined;
@@ -93,7 +116,10 @@ export class ProxyGateway {
   }
 
   async listen(tls: ProxyTls, port: number, host: string): Promise<void> {
-    const server = createServer({ cert: tls.cert, key: tls.key }, (req, res) => void this.handle(req, res));
+    const server = createServer(
+      { ...PROXY_TLS_SERVER_OPTIONS, cert: tls.cert, key: tls.key },
+      (req, res) => void this.handle(req, res),
+    );
     // No cap on how long a request or stream may last (uploads, SSE, notebooks); idle keep-alive ends.
     server.requestTimeout = 0;
     server.timeout = 0;
@@ -136,7 +162,7 @@ export class ProxyGateway {
       if (clusterId) this.proxy.traffic.log(clusterId, this.entry(req, clientIp, userId, status, started));
     };
     try {
-      const target = parseProxyHost(req.headers.host, this.proxy.domain);
+      const target = this.target(req.headers.host);
       if (!target)
         throw new Refusal(404, 'NOT_FOUND', `expected https://<cluster_id>-<port>.${this.proxy.domain}`);
       clusterId = target.clusterId;
@@ -222,10 +248,10 @@ export class ProxyGateway {
     if (preflight && compiled.access.cors.enabled) return null;
 
     const access = compiled.access;
-    const headers = { ...req.headers };
     const required =
       !access.public_access && (access.authentication_required ?? route.settings.defaultAuthentication);
-    const caller = await this.authenticate(req, headers, route, mapping, required, clientIp);
+    const credentials = credentialsOf(req.headers);
+    const caller = await this.authenticate(req, credentials, route, mapping, required, clientIp);
     if (caller.userId && access.allowed_users.length > 0 && !access.allowed_users.includes(caller.userId)) {
       throw new Refusal(403, 'FORBIDDEN', 'this port is open to listed users only (allowed_users)');
     }
@@ -264,35 +290,27 @@ export class ProxyGateway {
         throw refusal;
       }
     }
-    return { route, mapping, access, caller, headers };
+    return { route, mapping, access, caller, credentials };
   }
 
   /**
    * An Anvil key (`Authorization: Bearer anv_…`, recognised by its prefix) or the session cookie. Both
-   * are removed from `headers` (what the container receives); any other Authorization passes through.
+   * are kept from the container (`credentials`); any other Authorization passes through.
    */
   private async authenticate(
     req: IncomingMessage,
-    headers: IncomingHttpHeaders,
+    credentials: Credentials,
     route: Route,
     mapping: ProxyPortMapping,
     required: boolean,
     clientIp: string,
   ): Promise<Caller> {
-    const authorization = req.headers.authorization;
-    const anvilKey = authorization !== undefined && /^Bearer\s+anv_/i.test(authorization);
-    if (anvilKey) delete headers.authorization;
-    const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
-    if (cookie) {
-      const rest = stripCookie(req.headers.cookie ?? '', SESSION_COOKIE);
-      if (rest) headers.cookie = rest;
-      else delete headers.cookie;
-    }
     if (!required) return { userId: null, role: null, visitor: `ip:${clientIp}` };
-    if (anvilKey) {
-      const user = await this.proxy.authorizeKey(authorization!, route.cluster.id, clientIp);
+    if (credentials.anvilKey) {
+      const user = await this.proxy.authorizeKey(req.headers.authorization!, route.cluster.id, clientIp);
       return { userId: user.userId, role: user.role, visitor: `user:${user.userId}` };
     }
+    const cookie = credentials.cookie === null ? null : readCookie(req.headers.cookie, SESSION_COOKIE);
     if (cookie) {
       const session = await this.proxy.sessions.find(cookie);
       if (
@@ -345,53 +363,59 @@ export class ProxyGateway {
     const length = req.headers['content-length'];
     const hasBody =
       req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
-    let status = 502;
-    this.proxy.pool
-      .pool(route.cluster.id, mapping.internalPort)
-      .stream(
-        {
-          path: req.url ?? '/',
-          method: req.method ?? 'GET',
-          headers: forwardedHeaders(admitted.headers, req) as Record<string, string | string[]>,
-          body: hasBody ? req : null,
-        },
-        ({ statusCode, headers }) => {
-          status = statusCode;
-          res.writeHead(statusCode, this.responseHeaders(headers, route, access, req.headers.origin));
-          return res;
-        },
-      )
-      .then(
-        () => done(status),
-        (error: Error) => {
-          if (res.headersSent) {
-            // The container or the client went away mid-body.
-            res.destroy();
-            done(status);
-            return;
-          }
-          const refusal = toRefusal(error);
-          this.logger.debug({ err: error, cluster_id: route.cluster.id }, 'proxy upstream failed');
-          sendRefusal(res, refusal);
-          done(refusal.status);
-        },
-      );
+    const origin = req.headers.origin;
+    const relay = new ResponseRelay(
+      res,
+      (raw) => this.responseHeaders(raw, route, access, origin),
+      (error, status) => {
+        if (!error) return done(status);
+        if (res.headersSent || status === CLIENT_CLOSED) {
+          // The container or the client went away mid-body (or the client before any of it).
+          res.destroy();
+          return done(status);
+        }
+        const refusal = toRefusal(error);
+        this.logger.debug({ err: error, cluster_id: route.cluster.id }, 'proxy upstream failed');
+        sendRefusal(res, refusal);
+        done(refusal.status);
+      },
+    );
+    this.proxy.pool.pool(route.cluster.id, mapping.internalPort).dispatch(
+      {
+        path: req.url ?? '/',
+        method: (req.method ?? 'GET') as Dispatcher.HttpMethod,
+        headers: forwardedHeaders(req, admitted.credentials) as Record<string, string | string[]>,
+        body: hasBody ? req : null,
+      },
+      relay,
+    );
   }
 
-  /** The container's response headers without hop-by-hop ones, with security and CORS headers added. */
+  /**
+   * The container's response headers (undici's raw list: name, value, …) without hop-by-hop ones, with
+   * security and CORS headers added. Names and values are read as latin1, byte for byte what came.
+   */
   private responseHeaders(
-    upstream: Record<string, string | string[] | undefined>,
+    raw: Buffer[],
     route: Route,
     access: MappingAccess,
     origin: string | undefined,
   ): Record<string, string | string[]> {
-    const listed = upstream['connection'] === undefined ? null : listedInConnection(upstream['connection']);
     const out: Record<string, string | string[]> = {};
-    for (const name in upstream) {
-      const value = upstream[name];
-      if (value === undefined || HOP_BY_HOP.has(name) || listed?.has(name)) continue;
-      out[name] = value;
+    let listed: Set<string> | null = null;
+    for (let i = 0; i + 1 < raw.length; i += 2) {
+      const name = raw[i]!.toString('latin1').toLowerCase();
+      const value = raw[i + 1]!.toString('latin1');
+      if (HOP_BY_HOP.has(name)) {
+        if (name === 'connection') listed = listedInConnection(value, listed);
+        continue;
+      }
+      const prior = out[name];
+      if (prior === undefined) out[name] = value;
+      else if (Array.isArray(prior)) prior.push(value);
+      else out[name] = [prior, value];
     }
+    if (listed) for (const name of listed) delete out[name];
     for (const [name, value] of route.securityHeaders) out[name] = value;
     if (origin && access.cors.enabled && originAllowed(access, origin)) {
       out['access-control-allow-origin'] = origin;
@@ -405,14 +429,14 @@ export class ProxyGateway {
   private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const started = performance.now();
     const clientIp = (req.socket as Socket).remoteAddress ?? '';
-    const target = parseProxyHost(req.headers.host, this.proxy.domain);
+    const target = this.target(req.headers.host);
     socket.on('error', () => socket.destroy());
     try {
       if (!target) throw new Refusal(404, 'NOT_FOUND', 'unknown proxy host');
       const admitted = await this.admit(req, target.clusterId, target.port, clientIp, false);
       if (!admitted) throw new Refusal(400, 'VALIDATION_ERROR', 'not an upgrade');
       const upstream = await this.proxy.pool.open(target.clusterId, admitted.mapping.internalPort);
-      const headers = forwardedHeaders(admitted.headers, req);
+      const headers = forwardedHeaders(req, admitted.credentials);
       headers.connection = 'Upgrade';
       headers.upgrade = req.headers.upgrade ?? 'websocket';
       let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
@@ -490,7 +514,8 @@ export class ProxyGateway {
     status: number,
     started: number,
   ) {
-    const path = (req.url ?? '/').replace(/([?&]ticket=)[^&]*/, '$1…');
+    const url = req.url ?? '/';
+    const path = url.includes('ticket=') ? url.replace(/([?&]ticket=)[^&]*/, '$1…') : url;
     return {
       timestamp: this.proxy.clock.now().toISOString(),
       client_ip: clientIp,
@@ -514,24 +539,45 @@ function originAllowed(access: MappingAccess, origin: string): boolean {
   return access.cors.allowed_origins.includes('*') || access.cors.allowed_origins.includes(origin);
 }
 
-function listedInConnection(value: string | string[] | undefined): Set<string> {
-  const text = Array.isArray(value) ? value.join(',') : (value ?? '');
-  return new Set(
-    text
-      .split(',')
-      .map((part) => part.trim().toLowerCase())
-      .filter(Boolean),
-  );
+/** Header names a Connection header lists (hop-by-hop for this connection only), added to `into`. */
+function listedInConnection(value: string | string[], into: Set<string> | null): Set<string> {
+  const set = into ?? new Set<string>();
+  for (const part of (Array.isArray(value) ? value.join(',') : value).split(',')) {
+    const name = part.trim().toLowerCase();
+    if (name) set.add(name);
+  }
+  return set;
 }
 
-function forwardedHeaders(input: IncomingHttpHeaders, req: IncomingMessage): IncomingHttpHeaders {
-  const listed = input.connection === undefined ? null : listedInConnection(input.connection);
+/** What the client sent that the container must not see: an Anvil key, the proxy's session cookie. */
+function credentialsOf(headers: IncomingHttpHeaders): Credentials {
+  const authorization = headers.authorization;
+  const anvilKey = authorization !== undefined && ANVIL_KEY.test(authorization);
+  const cookies = headers.cookie;
+  const cookie =
+    cookies?.includes(SESSION_COOKIE) && readCookie(cookies, SESSION_COOKIE) !== null
+      ? stripCookie(cookies, SESSION_COOKIE)
+      : null;
+  return { anvilKey, cookie };
+}
+
+const ANVIL_KEY = /^Bearer\s+anv_/i;
+
+/** The request headers the container receives, built in one pass over the client's. */
+function forwardedHeaders(req: IncomingMessage, credentials: Credentials): IncomingHttpHeaders {
+  const input = req.headers;
+  const listed = input.connection === undefined ? null : listedInConnection(input.connection, null);
   const headers: IncomingHttpHeaders = {};
   for (const name in input) {
     const value = input[name];
     if (value === undefined || HOP_BY_HOP.has(name) || listed?.has(name)) continue;
     // The proxy's own HTTP server already answered 100 Continue; the container gets the body as it comes.
     if (name === 'expect') continue;
+    if (name === 'authorization' && credentials.anvilKey) continue;
+    if (name === 'cookie' && credentials.cookie !== null) {
+      if (credentials.cookie) headers.cookie = credentials.cookie;
+      continue;
+    }
     headers[name] = value;
   }
   const clientIp = req.socket.remoteAddress ?? '';

@@ -1,4 +1,4 @@
-import { ApiError, hashApiKey, newId } from '@anvil/shared';
+import { ApiError, newId } from '@anvil/shared';
 import type { Logger } from 'pino';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
@@ -31,6 +31,9 @@ import {
   securityHeadersOf,
 } from './types.ts';
 import { UpstreamPool } from './upstream.ts';
+
+/** How long the proxy trusts that a key's user may read a cluster (owner, share) before asking again. */
+export const ACCESS_CACHE_MS = 5_000;
 
 /** Reported as meta.proxy_version. */
 export const PROXY_VERSION = '1.0.0';
@@ -102,8 +105,9 @@ export class ProxyService {
   private readonly gateway: ProxyGateway;
   private tunnelOverride: TunnelOpener | null = null;
   private tls: ProxyTls | null = null;
-  private readonly keyCache = new Map<string, { userId: string; role: string; at: number }>();
-  private readonly keyChecks = new Map<string, Promise<{ userId: string; role: string; at: number }>>();
+  /** Cluster access verdicts per `<key id>:<cluster id>` (authorizeKey). */
+  private readonly accessCache = new Map<string, { userId: string; role: string; at: number }>();
+  private readonly accessChecks = new Map<string, Promise<{ userId: string; role: string; at: number }>>();
   private readonly roles = new Map<string, { role: string | null; at: number }>();
 
   constructor(private readonly options: ProxyServiceOptions) {
@@ -188,37 +192,43 @@ export class ProxyService {
 
   // ---- used by the gateway ----
 
-  /** An Anvil key presented to the proxy: valid, scoped to clusters, and allowed to read this cluster. */
+  /**
+   * An Anvil key presented to the proxy: valid, scoped to clusters, and allowed to read this cluster.
+   * The key itself is checked on every request through the KeyResolver, whose cache every revocation,
+   * rotation or suspension clears in all processes at once, so a revoked key is refused immediately.
+   * Only the cluster access verdict (owner or share) is kept here, per key and cluster, for
+   * ACCESS_CACHE_MS: an unshared cluster stops being reachable through the proxy within that bound.
+   */
   async authorizeKey(
     authorization: string,
     clusterId: string,
     ip: string,
   ): Promise<{ userId: string; role: string }> {
-    const cacheKey = `${hashApiKey(authorization.replace(/^Bearer\s+/i, '').trim())}:${clusterId}`;
-    const nowMs = this.clock.now().getTime();
-    const cached = this.keyCache.get(cacheKey);
-    if (cached && nowMs - cached.at < 5_000) return cached;
-    // Requests arriving while the key is being checked share the check rather than each querying.
-    let check = this.keyChecks.get(cacheKey);
-    if (!check) {
-      check = this.checkKey(authorization, clusterId, ip, nowMs).finally(() =>
-        this.keyChecks.delete(cacheKey),
-      );
-      this.keyChecks.set(cacheKey, check);
-    }
-    const entry = await check;
-    this.keyCache.set(cacheKey, entry);
-    if (this.keyCache.size > 10_000) this.keyCache.clear();
-    return entry;
-  }
-
-  private async checkKey(authorization: string, clusterId: string, ip: string, nowMs: number) {
-    const principal = await this.options.keys.resolve(authorization.replace(/^Bearer\s+/i, 'Bearer '));
+    const header = authorization.startsWith('Bearer ')
+      ? authorization
+      : authorization.replace(/^Bearer\s+/i, 'Bearer ');
+    const keys = this.options.keys;
+    const principal = keys.resolveCached(header) ?? (await keys.resolve(header));
     if (!principal.scopes.includes('clusters')) {
       throw new ApiError('FORBIDDEN', 'this API key is not scoped to clusters', { scope: 'clusters' });
     }
-    await this.clusters.require({ principal, ip }, clusterId, 'read');
-    return { userId: principal.userId, role: principal.userRole, at: nowMs };
+    const cacheKey = `${principal.keyId}:${clusterId}`;
+    const nowMs = this.clock.now().getTime();
+    const cached = this.accessCache.get(cacheKey);
+    if (cached && nowMs - cached.at < ACCESS_CACHE_MS) return cached;
+    // Requests arriving while the access is being checked share the check rather than each querying.
+    let check = this.accessChecks.get(cacheKey);
+    if (!check) {
+      check = this.clusters
+        .require({ principal, ip }, clusterId, 'read')
+        .then(() => ({ userId: principal.userId, role: principal.userRole, at: nowMs }))
+        .finally(() => this.accessChecks.delete(cacheKey));
+      this.accessChecks.set(cacheKey, check);
+    }
+    const entry = await check;
+    if (this.accessCache.size >= 10_000) this.accessCache.clear();
+    this.accessCache.set(cacheKey, entry);
+    return entry;
   }
 
   async roleOf(userId: string): Promise<string | null> {
