@@ -13,6 +13,9 @@ import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { dockerAvailable, testDocker } from '../fixtures/images/docker.ts';
 
+// biome-ignore lint/suspicious/noExplicitAny: the API's JSON answers are read field by field, loosely, in these tests.
+type AnswerBody = Record<string, any>;
+
 const run = promisify(execFile);
 const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures');
 
@@ -70,7 +73,7 @@ describe.skipIf(!dockerAvailable())('HTTPS port proxy through the real agent tun
   const bearer = () => ['-H', `Authorization: Bearer ${t.ownerKey}`];
   const api = async (method: 'GET' | 'PUT' | 'POST', url: string, payload?: object) => {
     const r = await t.app.inject({ method, url, headers: t.auth(), ...(payload ? { payload } : {}) });
-    return r.json() as Record<string, any>;
+    return r.json() as AnswerBody;
   };
 
   beforeAll(async () => {
@@ -230,18 +233,15 @@ describe.skipIf(!dockerAvailable())('HTTPS port proxy through the real agent tun
   }, 120_000);
 
   it('health goes unhealthy when httpd stops inside the container and healthy when it is back', async () => {
-    const ports = (await api('GET', `/v1/clusters/${clusterId}/proxy`))['data'].port_mappings as Record<
-      string,
-      any
-    >[];
+    const ports = (await api('GET', `/v1/clusters/${clusterId}/proxy`))['data'].port_mappings as AnswerBody[];
     const portId = ports.find((p) => p['internal_port'] === 8080)!['id'];
     await api('PUT', `/v1/clusters/${clusterId}/proxy/ports/${portId}`, {
       health_check: { path: '/index.html', interval_seconds: 1, timeout_seconds: 1, retries: 2 },
     });
     const status = async () =>
-      (
-        (await api('GET', `/v1/clusters/${clusterId}/proxy`))['data'].port_mappings as Record<string, any>[]
-      ).find((p) => p['id'] === portId)!['health_status'];
+      ((await api('GET', `/v1/clusters/${clusterId}/proxy`))['data'].port_mappings as AnswerBody[]).find(
+        (p) => p['id'] === portId,
+      )!['health_status'];
     await until('healthy', async () => (await status()) === 'healthy');
     const exec = async (command: string[]) => {
       const session = await t.context.fleet.tunnels.openExec(clusterId, { command, tty: false });

@@ -14,6 +14,9 @@ import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { dockerAvailable, testDocker } from '../fixtures/images/docker.ts';
 import { DockerBridgeTunnels } from './docker-bridge-tunnels.ts';
 
+// biome-ignore lint/suspicious/noExplicitAny: the API's JSON answers are read field by field, loosely, in these tests.
+type AnswerBody = Record<string, any>;
+
 const run = promisify(execFile);
 const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures');
 
@@ -90,7 +93,7 @@ describe.skipIf(!dockerAvailable())('HTTPS port proxy against a real container',
       headers: t.auth(),
       ...(payload === undefined ? {} : { payload: payload as object }),
     });
-    return { status: response.statusCode, body: response.json() as Record<string, any> };
+    return { status: response.statusCode, body: response.json() as AnswerBody };
   }
 
   beforeAll(async () => {
@@ -373,7 +376,7 @@ describe.skipIf(!dockerAvailable())('HTTPS port proxy against a real container',
     expect(set.status).toBe(200);
     const mappingOf = async () => {
       const r = await api('GET', `/v1/clusters/${clusterId}/proxy?include_health=true`);
-      return (r.body['data'].port_mappings as Record<string, any>[]).find((m) => m['id'] === httpPortId)!;
+      return (r.body['data'].port_mappings as AnswerBody[]).find((m) => m['id'] === httpPortId)!;
     };
     await waitFor('healthy', async () => (await mappingOf())['health_status'] === 'healthy');
     const [container] = await docker.listContainers({ filters: { label: [`anvil.workload=${clusterId}`] } });
@@ -395,13 +398,11 @@ describe.skipIf(!dockerAvailable())('HTTPS port proxy against a real container',
 
   it('reports usage statistics and access logs from the traffic, port conflicts, deletion and the disabled proxy', async () => {
     const r = await api('GET', `/v1/clusters/${clusterId}/proxy?include_access_logs=true`);
-    const mapping = (r.body['data'].port_mappings as Record<string, any>[]).find(
-      (m) => m['id'] === httpPortId,
-    )!;
+    const mapping = (r.body['data'].port_mappings as AnswerBody[]).find((m) => m['id'] === httpPortId)!;
     expect(mapping['usage_statistics'].total_requests).toBeGreaterThan(5);
     expect(mapping['usage_statistics'].unique_visitors).toBeGreaterThanOrEqual(2); // the owner, and a public visitor
     expect(mapping['usage_statistics'].avg_response_time_ms).toBeGreaterThan(0);
-    const logs = r.body['data'].access_logs as Record<string, any>[];
+    const logs = r.body['data'].access_logs as AnswerBody[];
     expect(logs.some((l) => l['status_code'] === 429)).toBe(true);
     expect(logs.some((l) => l['status_code'] === 401 && l['user'] === null)).toBe(true);
     expect(logs.find((l) => l['status_code'] === 200 && l['user'] !== null)?.['user']).toBe(t.userId);
