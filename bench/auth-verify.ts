@@ -149,7 +149,8 @@ export async function runAuthVerifyBench(options: BenchOptions = DEFAULTS): Prom
   process.stdout.write(
     `auth-verify: ${CONNECTIONS} connections, ${options.warmupSeconds} s warm-up, then ${options.rounds} ` +
       `alternating rounds of ${options.durationSeconds / options.rounds} s per target; node ${process.version}, ` +
-      `${availableParallelism()} CPUs, load average ${one?.toFixed(1)} / ${five?.toFixed(1)}\n`,
+      `${availableParallelism()} CPUs, load average ${one?.toFixed(1)} / ${five?.toFixed(1)}; control plane on ` +
+      `${process.env['BENCH_DATABASE_URL'] ? 'PostgreSQL (BENCH_DATABASE_URL)' : 'embedded PGlite'}\n`,
   );
   const bareTarget = await startTarget('hello.ts');
   let verifyTarget: Target | null = null;

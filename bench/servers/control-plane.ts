@@ -1,5 +1,6 @@
 // The real control plane as `npm start` runs it (startServer, embedded PGlite in a temporary data
-// directory, LOG_LEVEL=warn), plus bench accounts: each connection of the load generator uses the key of
+// directory, LOG_LEVEL=warn) — or, with BENCH_DATABASE_URL (a PostgreSQL server URL), on a fresh database
+// made there for the run and dropped after, as production runs it — plus bench accounts: each connection of the load generator uses the key of
 // its own Enterprise account, as many customers would, so the run measures admitted requests rather
 // than one account's 429s once its 10,000 reads an hour are spent.
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -8,10 +9,30 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { createLogger, loadConfig, startServer } from '@anvil/control-plane';
 import { displayPrefix, generateApiKey, hashApiKey, KEY_SCOPES, newId } from '@anvil/shared';
+import pg from 'pg';
 
 const accounts = Number(process.env['BENCH_ACCOUNTS'] ?? '100');
 const dataDir = mkdtempSync(join(tmpdir(), 'anvil-bench-'));
+const serverUrl = process.env['BENCH_DATABASE_URL'];
+const database = serverUrl ? `anvil_bench_${process.pid}` : null;
+async function admin(statement: string): Promise<void> {
+  const client = new pg.Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    await client.query(statement);
+  } finally {
+    await client.end();
+  }
+}
+let databaseUrl: string | null = null;
+if (serverUrl && database) {
+  await admin(`CREATE DATABASE ${database}`);
+  const url = new URL(serverUrl);
+  url.pathname = `/${database}`;
+  databaseUrl = url.toString();
+}
 const config = loadConfig({
+  ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
   ANVIL_DATA_DIR: dataDir,
   PORT: '0',
   ANVIL_PROXY_PORT: '0',
@@ -62,5 +83,6 @@ process.once('SIGTERM', () => {
   server
     .close()
     .finally(() => rmSync(dataDir, { recursive: true, force: true }))
+    .then(() => (database ? admin(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`) : undefined))
     .then(() => process.exit(0));
 });
