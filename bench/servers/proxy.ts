@@ -15,6 +15,8 @@ import { createLogger, loadConfig, startServer } from '@anvil/control-plane';
 import { generateApiKey, newId } from '@anvil/shared';
 import Dockerode from 'dockerode';
 import { tlsDir } from '../../control-plane/src/proxy/tls.ts';
+import { workloadSpecInput } from '../../control-plane/src/testing/workload-spec.ts';
+import { removeTestContainers } from '../../test/fixtures/images/docker.ts';
 import { type AgentProcess, spawnAgent } from '../../test/fleet/agent-process.ts';
 import { DockerBridgeTunnels } from '../../test/proxy/docker-bridge-tunnels.ts';
 import { ensureStaticHttpImage, STATIC_HTTP_PORT } from '../fixtures/static-http/image.ts';
@@ -89,21 +91,7 @@ if (hostId) {
     hostId,
     kind: 'cluster',
     ownerAccountId: owner.accountId,
-    spec: {
-      image,
-      command: null,
-      entrypoint: null,
-      env: {},
-      labels: { 'anvil.bench': '1' },
-      gpus: [],
-      cpus: null,
-      memoryBytes: null,
-      shmBytes: null,
-      ports: [],
-      volume: null,
-      restartPolicy: { name: 'no', maxRetries: 0 },
-      stopGraceSeconds: 1,
-    },
+    spec: workloadSpecInput({ image, command: null, labels: { 'anvil.bench': '1' } }),
   });
   ip = await until('the workload to run', async () => {
     const view = await server.context.fleet.workloads.get(clusterId);
@@ -125,18 +113,7 @@ async function stop() {
   if (stopping) return;
   stopping = true;
   await agent?.kill();
-  const mine = await docker.listContainers({
-    all: true,
-    filters: { label: [`anvil.workload=${clusterId}`] },
-  });
-  await Promise.all(
-    mine.map((c) =>
-      docker
-        .getContainer(c.Id)
-        .remove({ force: true })
-        .catch(() => {}),
-    ),
-  );
+  await removeTestContainers(docker, `anvil.workload=${clusterId}`);
   await server.close();
   rmSync(dataDir, { recursive: true, force: true });
   process.exit(0);

@@ -2,9 +2,12 @@ import type Dockerode from 'dockerode';
 import { systemHost } from '../../agent/src/host/provider.ts';
 import { call } from '../../control-plane/src/testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/app.ts';
+import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { testDocker } from '../fixtures/images/docker.ts';
+import { removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
+
+export { waitFor };
 
 /** The control plane on loopback with one real agent (simulated 2xH100) running containers in Docker. */
 export interface ClusterFleet {
@@ -50,22 +53,10 @@ export async function startClusterFleet(env: Record<string, string> = {}): Promi
     async close() {
       await agent.stop().catch(() => {});
       await t.close();
-      const list = await docker.listContainers({ all: true, filters: { label: [`anvil.host=${hostId}`] } });
-      await Promise.all(
-        list.map((c) =>
-          docker
-            .getContainer(c.Id)
-            .remove({ force: true })
-            .catch(() => {}),
-        ),
-      );
+      await removeTestContainers(docker, `anvil.host=${hostId}`);
     },
   };
 }
-
-import { waitFor } from '../../control-plane/src/testing/wait.ts';
-
-export { waitFor };
 
 /**
  * The real host provider, its inventory gathered once: on this shared, loaded machine gathering it took

@@ -7,7 +7,7 @@ import { call } from '../../control-plane/src/testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/app.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { dockerAvailable, testDocker } from '../fixtures/images/docker.ts';
+import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 import { memoizedHost, waitFor } from './harness.ts';
 
 /**
@@ -57,15 +57,7 @@ describe.skipIf(!dockerAvailable())('cluster lifecycle with a real agent and Doc
     await agent?.stop().catch(() => {});
     await t?.close();
     if (hostId) {
-      const list = await docker.listContainers({ all: true, filters: { label: [`anvil.host=${hostId}`] } });
-      await Promise.all(
-        list.map((c) =>
-          docker
-            .getContainer(c.Id)
-            .remove({ force: true })
-            .catch(() => {}),
-        ),
-      );
+      await removeTestContainers(docker, `anvil.host=${hostId}`);
     }
     for (const image of snapshots)
       await docker

@@ -9,9 +9,10 @@ import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import { workloadSpecInput } from '../../control-plane/src/testing/workload-spec.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { dockerAvailable, testDocker } from '../fixtures/images/docker.ts';
+import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 
 // biome-ignore lint/suspicious/noExplicitAny: the API's JSON answers are read field by field, loosely, in these tests.
 type AnswerBody = Record<string, any>;
@@ -146,21 +147,11 @@ describe.skipIf(!dockerAvailable())('HTTPS port proxy through the real agent tun
       hostId,
       kind: 'cluster',
       ownerAccountId: t.accountId,
-      spec: {
+      spec: workloadSpecInput({
         image: 'anvil-test/busybox:latest',
         command: ['sh', '-c', script],
-        entrypoint: null,
-        env: {},
         labels: { 'anvil.proxy-test': '1' },
-        gpus: [],
-        cpus: null,
-        memoryBytes: null,
-        shmBytes: null,
-        ports: [],
-        volume: null,
-        restartPolicy: { name: 'no', maxRetries: 0 },
-        stopGraceSeconds: 1,
-      },
+      }),
     });
     await until(
       'workload running',
@@ -176,18 +167,7 @@ describe.skipIf(!dockerAvailable())('HTTPS port proxy through the real agent tun
     await t?.context.proxy.stop(1_000);
     await agent?.stop().catch(() => {});
     await t?.close();
-    const mine = await docker.listContainers({
-      all: true,
-      filters: { label: [`anvil.workload=${clusterId}`] },
-    });
-    await Promise.all(
-      mine.map((c) =>
-        docker
-          .getContainer(c.Id)
-          .remove({ force: true })
-          .catch(() => {}),
-      ),
-    );
+    await removeTestContainers(docker, `anvil.workload=${clusterId}`);
     await rm(dataDir, { recursive: true, force: true });
   }, 120_000);
 

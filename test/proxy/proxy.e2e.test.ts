@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { dockerAvailable, testDocker } from '../fixtures/images/docker.ts';
+import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 import { DockerBridgeTunnels } from './docker-bridge-tunnels.ts';
 
 // biome-ignore lint/suspicious/noExplicitAny: the API's JSON answers are read field by field, loosely, in these tests.
@@ -147,18 +147,7 @@ describe.skipIf(!dockerAvailable())('HTTPS port proxy against a real container',
   afterAll(async () => {
     await t?.context.proxy.stop(1_000);
     await t?.close();
-    const mine = await docker.listContainers({
-      all: true,
-      filters: { label: [`anvil.workload=${clusterId}`] },
-    });
-    await Promise.all(
-      mine.map((c) =>
-        docker
-          .getContainer(c.Id)
-          .remove({ force: true })
-          .catch(() => {}),
-      ),
-    );
+    await removeTestContainers(docker, `anvil.workload=${clusterId}`);
     await rm(dataDir, { recursive: true, force: true });
   }, 120_000);
 

@@ -53,10 +53,6 @@ describe.skipIf(!dockerAvailable())('cluster secrets reach the container (real a
   afterAll(async () => {
     await agent?.stop();
     if (hostId) await removeTestContainers(docker, `anvil.host=${hostId}`);
-    await docker
-      .listContainers({ all: true, filters: { label: [`anvil.host=${hostId}`] } })
-      .then((list) => Promise.all(list.map((c) => docker.getContainer(c.Id).remove({ force: true }))))
-      .catch(() => {});
     await t?.close();
   });
 

@@ -5,9 +5,13 @@ import { join } from 'node:path';
 import { newId } from '@anvil/shared';
 import type Dockerode from 'dockerode';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import { waitFor } from '../../control-plane/src/testing/wait.ts';
+import { workloadSpecInput } from '../agent/fixtures.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { removeTestContainers, TEST_LABEL } from '../fixtures/images/docker.ts';
+
+export { waitFor };
 
 export interface Keypair {
   path: string;
@@ -82,11 +86,6 @@ export async function freePort(): Promise<number> {
     server.on('error', reject);
   });
 }
-
-import { waitFor } from '../../control-plane/src/testing/wait.ts';
-import { workloadSpecInput } from '../agent/fixtures.ts';
-
-export { waitFor };
 
 /**
  * A cluster row straight in the database (the clusters API places on GPUs and is tested elsewhere),

@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { PrismaClient } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { openPostgres } from '../db/index.ts';
+import { clusterRow } from '../testing/cluster-row.ts';
 import { createTestDatabase, ManualClock, type TestDatabase } from '../testing/index.ts';
 import { ProxySessions } from './sessions.ts';
 
@@ -21,22 +22,7 @@ describe('ProxySessions', () => {
     await prisma.account.create({ data: { id: accountId, name: 'A' } });
     await prisma.user.create({ data: { id: userId, accountId, email: 'a@b.c' } });
     await prisma.cluster.create({
-      data: {
-        id: clusterId,
-        accountId,
-        ownerId: userId,
-        name: 'sessions',
-        status: 'running',
-        gpuType: 'H100',
-        gpuCount: 1,
-        cpuCores: 1,
-        memoryGb: 1,
-        storageGb: 1,
-        dockerImage: 'x',
-        command: [],
-        ports: [],
-        gpuIndices: [],
-      },
+      data: clusterRow({ id: clusterId, accountId, ownerId: userId, name: 'sessions' }),
     });
     await prisma.proxySettings.create({ data: { clusterId, maxConcurrentSessions: 1 } });
     // On PostgreSQL the second process has its own connections (PGlite has one connection for all).

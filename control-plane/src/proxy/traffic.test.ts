@@ -1,6 +1,7 @@
 import { newId } from '@anvil/shared';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Sql } from '../db/index.ts';
+import { clusterRow } from '../testing/cluster-row.ts';
 import { createTestDatabase, ManualClock, type TestDatabase } from '../testing/index.ts';
 import {
   ACCESS_LOG_CAPACITY,
@@ -26,22 +27,7 @@ describe('TrafficRecorder', () => {
     await prisma.account.create({ data: { id: accountId, name: 'A' } });
     await prisma.user.create({ data: { id: userId, accountId, email: 'a@b.c' } });
     await prisma.cluster.create({
-      data: {
-        id: clusterId,
-        accountId,
-        ownerId: userId,
-        name: 'traffic',
-        status: 'running',
-        gpuType: 'H100',
-        gpuCount: 1,
-        cpuCores: 1,
-        memoryGb: 1,
-        storageGb: 1,
-        dockerImage: 'x',
-        command: [],
-        ports: [],
-        gpuIndices: [],
-      },
+      data: clusterRow({ id: clusterId, accountId, ownerId: userId, name: 'traffic' }),
     });
     await prisma.proxyPortMapping.create({
       data: { id: portId, clusterId, internalPort: 8080, externalPort: 30000, description: 'http' },

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Clock } from '../auth/clock.ts';
 import type { Sql } from '../db/index.ts';
 import { type BackgroundLogger, coalesced, silentLogger } from '../util/coalesce.ts';
+import { Intervals } from '../util/intervals.ts';
 
 export interface AccessLogEntry {
   timestamp: string;
@@ -105,7 +106,7 @@ export class TrafficRecorder {
   private readonly maxBufferedEntries: number;
   private readonly maxBufferedPorts: number;
   private logger: BackgroundLogger;
-  private timers: NodeJS.Timeout[] = [];
+  private readonly intervals = new Intervals();
   /** Writes everything buffered so far; concurrent calls share runs. */
   readonly flush: () => Promise<void>;
 
@@ -125,19 +126,13 @@ export class TrafficRecorder {
   }
 
   start(): void {
-    const every = (ms: number, run: () => Promise<void>) => {
-      const timer = setInterval(() => void run(), ms);
-      timer.unref();
-      this.timers.push(timer);
-    };
-    every(this.flushIntervalMs, () => this.flushQuietly());
-    every(this.purgeIntervalMs, () => this.purgeQuietly());
+    this.intervals.every(this.flushIntervalMs, () => this.flushQuietly());
+    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
   }
 
   /** Stops the timers and writes what is still buffered. */
   async stop(): Promise<void> {
-    for (const timer of this.timers) clearInterval(timer);
-    this.timers = [];
+    this.intervals.clear();
     await this.flushQuietly();
   }
 

@@ -14,6 +14,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { createTestApp, type TestApp } from '../testing/index.ts';
+import { workloadSpecInput } from '../testing/workload-spec.ts';
 import { TunnelService } from './service.ts';
 
 type OpenTunnel = Extract<CommandBody, { name: 'open_tunnel' }>;
@@ -104,21 +105,11 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
       hostId: host.hostId,
       kind: 'cluster',
       ownerAccountId: cp.accountId,
-      spec: {
+      spec: workloadSpecInput({
         image: 'x',
         command: null,
-        entrypoint: null,
-        env: {},
         labels: {},
-        gpus: [],
-        cpus: null,
-        memoryBytes: null,
-        shmBytes: null,
-        ports: [],
-        volume: null,
-        restartPolicy: { name: 'no', maxRetries: 0 },
-        stopGraceSeconds: 1,
-      },
+      }),
     });
     workloadId = workload.id;
     service = new TunnelService({

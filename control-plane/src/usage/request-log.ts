@@ -1,6 +1,7 @@
 import type { Clock } from '../auth/clock.ts';
 import type { Sql } from '../db/index.ts';
 import { type BackgroundLogger, coalesced, silentLogger } from '../util/coalesce.ts';
+import { Intervals } from '../util/intervals.ts';
 
 /** One authenticated API request, as /v2/analytics/api-usage counts it. */
 export interface RequestRecord {
@@ -101,7 +102,7 @@ export class RequestLog {
   private readonly retentionMs: number;
   private readonly purgeIntervalMs: number;
   private logger: BackgroundLogger;
-  private timers: NodeJS.Timeout[] = [];
+  private readonly intervals = new Intervals();
   private dropped = 0;
   /** Writes everything counted so far; concurrent calls share runs. */
   readonly flush: () => Promise<void>;
@@ -123,18 +124,12 @@ export class RequestLog {
   }
 
   start(): void {
-    const every = (ms: number, run: () => Promise<void>) => {
-      const timer = setInterval(() => void run(), ms);
-      timer.unref();
-      this.timers.push(timer);
-    };
-    every(this.flushIntervalMs, () => this.flushQuietly());
-    every(this.purgeIntervalMs, () => this.purgeQuietly());
+    this.intervals.every(this.flushIntervalMs, () => this.flushQuietly());
+    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
   }
 
   async stop(): Promise<void> {
-    for (const timer of this.timers) clearInterval(timer);
-    this.timers = [];
+    this.intervals.clear();
     await this.flushQuietly();
   }
 
