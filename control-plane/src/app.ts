@@ -22,6 +22,7 @@ import { installActivityTracking } from './http/activity.ts';
 import { installErrorHandling } from './http/error-handler.ts';
 import { installRequestGuard } from './http/guard.ts';
 import { installOpenApi } from './http/openapi.ts';
+import { dashboardRoutes } from './dashboard/routes.ts';
 import { requestIdFor } from './http/request-id.ts';
 import { installRequestLog } from './http/request-log.ts';
 import { deferredChildLogger } from './http/request-logger.ts';
@@ -82,6 +83,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await installOpenApi(app);
 
   await app.register(healthRoutes, { context });
+  await app.register(dashboardRoutes);
   await app.register(apiKeyRoutes, { context });
   await app.register(accountRoutes, { context });
   await app.register(rateLimitRoutes, { context });
