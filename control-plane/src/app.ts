@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { accountRoutes } from './api/accounts/index.ts';
 import { sshKeyRoutes } from './api/accounts/ssh-keys.ts';
 import { gpuPriceRoutes } from './api/admin/gpu-prices.routes.ts';
+import { adminClusterRoutes } from './api/admin/clusters.routes.ts';
 import { adminHostRoutes } from './api/admin/hosts.routes.ts';
 import { installHttpMetrics, metricsRoutes } from './api/admin/metrics.routes.ts';
 import { analyticsRoutes } from './api/analytics/routes.ts';
@@ -89,6 +90,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(rateLimitRoutes, { context });
   await app.register(analyticsRoutes, { context });
   await app.register(adminHostRoutes, { context });
+  await app.register(adminClusterRoutes, { context });
   await app.register(metricsRoutes, { context });
   await app.register(clusterRoutes, { context });
   await app.register(gpuPriceRoutes, { context });

@@ -1,6 +1,8 @@
+import { newId } from '@anvil/shared';
 import type Dockerode from 'dockerode';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { clusterRow } from '../../control-plane/src/testing/cluster-row.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { testDocker } from '../fixtures/images/docker.ts';
 import { type AgentProcess, spawnAgent } from '../fleet/agent-process.ts';
@@ -13,6 +15,8 @@ import { browserOrFail, launchChromium } from './browser.ts';
 vi.setConfig({ testTimeout: 300_000, hookTimeout: 400_000 });
 
 const canRun = dockerOrFail('dashboard tests') && browserOrFail('dashboard tests');
+
+// page.evaluate takes expressions as strings here: this file is type-checked without the DOM's types.
 
 /**
  * The operators' dashboard in a real Chromium against the real control plane, with a real agent
@@ -95,7 +99,7 @@ describe.skipIf(!canRun)('operators dashboard', () => {
     const viewer = await cp.member('viewer');
     const refused = await signIn(viewer);
     await expect.poll(() => refused.textContent('[data-form="sign-in"] .error')).toMatch(/operators only/);
-    expect(await refused.evaluate(() => sessionStorage.length)).toBe(0);
+    expect(await refused.evaluate('sessionStorage.length')).toBe(0);
     await refused.close();
   });
 
@@ -164,7 +168,7 @@ describe.skipIf(!canRun)('operators dashboard', () => {
     const row = page.locator(`[data-token="${token!.id}"]`);
     await row.waitFor();
     expect(await row.textContent()).toContain(description);
-    expect(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned)).toBeUndefined();
+    expect(await page.evaluate('window.__pwned')).toBeUndefined();
 
     await row.locator('[data-action="revoke"]').click();
     await waitFor('join token revoked through the dashboard', async () => {
@@ -177,14 +181,47 @@ describe.skipIf(!canRun)('operators dashboard', () => {
     await page.close();
   });
 
+  it("lists every account's clusters, filtered by status", async () => {
+    const accountId = newId('acc');
+    const userId = newId('usr');
+    const prisma = cp.context.db.prisma;
+    await prisma.account.create({ data: { id: accountId, name: 'Customer <i>Co</i>', tier: 'pro' } });
+    await prisma.user.create({ data: { id: userId, accountId, email: 'c@example.com', role: 'owner' } });
+    await prisma.cluster.create({
+      data: clusterRow({ id: 'cluster_dash_run', accountId, ownerId: userId, name: 'trainer', gpuCount: 2 }),
+    });
+    await prisma.cluster.create({
+      data: clusterRow({
+        id: 'cluster_dash_wait',
+        accountId,
+        ownerId: userId,
+        name: 'waiting',
+        status: 'pending',
+        gpuCount: 8,
+        queuedAt: new Date(Date.now() - 5 * 60_000),
+      }),
+    });
+    const page = await signIn(cp.ownerKey);
+    await page.click('a[href="#/clusters"]');
+    const waiting = page.locator('[data-cluster="cluster_dash_wait"]');
+    await waiting.waitFor();
+    expect(await waiting.textContent()).toContain('Customer <i>Co</i>');
+    expect(await waiting.textContent()).toContain('waiting for room since 5 min ago');
+    expect(await page.textContent('[data-tile="gpus-waiting"] strong')).toBe('8');
+    await page.selectOption('[data-view="clusters"] select[name="status"]', 'pending');
+    await expect.poll(() => page.locator('[data-table="clusters"] tbody tr').count()).toBe(1);
+    expect(await page.locator('[data-cluster="cluster_dash_run"]').count()).toBe(0);
+    await page.close();
+  });
+
   it('keeps the key in the tab only, and signing out forgets it', async () => {
     const page = await signIn(cp.ownerKey);
     await page.locator('[data-action="sign-out"]').waitFor();
-    expect(await page.evaluate(() => document.cookie)).toBe('');
-    expect(await page.evaluate(() => localStorage.length)).toBe(0);
+    expect(await page.evaluate('document.cookie')).toBe('');
+    expect(await page.evaluate('localStorage.length')).toBe(0);
     await page.click('[data-action="sign-out"]');
     await page.locator('[data-form="sign-in"]').waitFor();
-    expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
+    expect(await page.evaluate('sessionStorage.length')).toBe(0);
     await page.close();
     expect(pageErrors).toEqual([]);
   });

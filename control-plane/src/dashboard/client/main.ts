@@ -1,6 +1,7 @@
 import { Api, ApiFailure } from './api.ts';
 import { h, replace } from './dom.ts';
 import type { View, ViewContext } from './view.ts';
+import { clustersView } from './views/clusters.ts';
 import { fleetView } from './views/fleet.ts';
 import { hostView } from './views/host.ts';
 import { tokensView } from './views/tokens.ts';
@@ -50,6 +51,7 @@ function start(api: Api): void {
     null,
     h('strong', null, 'Anvil'),
     h('a', { attrs: { href: '#/fleet' } }, 'Fleet'),
+    h('a', { attrs: { href: '#/clusters' } }, 'Clusters'),
     h('a', { attrs: { href: '#/tokens' } }, 'Join tokens'),
     h('span', { class: 'spacer' }),
     h('a', { attrs: { href: '/docs', target: '_blank', rel: 'noopener' } }, 'API docs'),
@@ -86,7 +88,9 @@ function start(api: Api): void {
           ? workloadView(context, decoded)
           : section === 'tokens'
             ? tokensView(context)
-            : fleetView(context);
+            : section === 'clusters'
+              ? clustersView(context)
+              : fleetView(context);
     current = view;
     document.title = `${view.title} · Anvil operators`;
     context.notify('');
