@@ -1,73 +1,10 @@
 import { ApiError } from '@anvil/shared';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.ts';
 import type { Prisma } from '../../db/generated/client.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { requireOperator } from './operator.ts';
-
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) =>
-  Type.Union([schema, Type.Null()]);
-const DateTime = Type.String({ format: 'date-time' });
-
-const STATUSES = ['pending', 'starting', 'running', 'stopping', 'stopped', 'deleting', 'deleted', 'error'];
-
-const AdminClustersQuery = Type.Object(
-  {
-    status: Type.Optional(
-      Type.String({
-        maxLength: 200,
-        description: `Comma list of statuses (${STATUSES.join(', ')}). Default: every status but deleted.`,
-      }),
-    ),
-    account_id: Type.Optional(Type.String({ maxLength: 64 })),
-    host_id: Type.Optional(Type.String({ maxLength: 64 })),
-    gpu_type: Type.Optional(Type.String({ maxLength: 64 })),
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 100 })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
-  },
-  { additionalProperties: false },
-);
-
-const AdminCluster = Type.Object({
-  id: Type.String(),
-  name: Type.String(),
-  status: Type.String(),
-  statusReason: Nullable(Type.String()),
-  account: Type.Object({ id: Type.String(), name: Type.String(), tier: Type.String() }),
-  gpuType: Type.String(),
-  gpuCount: Type.Integer(),
-  region: Nullable(Type.String()),
-  hostId: Nullable(Type.String({ description: 'null while pending and once the GPUs are released' })),
-  gpuIndices: Type.Array(Type.Integer()),
-  queuedAt: Nullable(
-    Type.String({ format: 'date-time', description: 'When placement first found no room; null once placed' }),
-  ),
-  hourlyRate: Type.Number({ description: 'USD per hour for the whole cluster, fixed at placement' }),
-  expiresAt: Nullable(DateTime),
-  createdAt: DateTime,
-  updatedAt: DateTime,
-});
-
-const AdminClusterList = Type.Object({
-  clusters: Type.Array(AdminCluster),
-  pagination: Type.Object({
-    total: Type.Integer(),
-    limit: Type.Integer(),
-    offset: Type.Integer(),
-    hasMore: Type.Boolean(),
-  }),
-  summary: Type.Object(
-    {
-      byStatus: Type.Record(Type.String(), Type.Integer()),
-      gpusHeld: Type.Integer({ description: 'GPUs assigned to the matching clusters (their gpuIndices)' }),
-      pendingGpus: Type.Integer({
-        description: 'GPUs asked for by matching pending clusters that have none assigned yet',
-      }),
-    },
-    { description: 'Over every cluster matching the filters, not only this page' },
-  ),
-});
+import { AdminClusterList, AdminClustersQuery, CLUSTER_STATUSES } from './schemas.ts';
 
 /**
  * GET /v2/admin/clusters: every account's GPU clusters, for operators (who uses which host, what waits in
@@ -99,11 +36,11 @@ export const adminClusterRoutes: FastifyPluginAsyncTypebox<{ context: AppContext
         ?.split(',')
         .map((s) => s.trim())
         .filter(Boolean);
-      const unknown = statuses?.filter((s) => !STATUSES.includes(s)) ?? [];
+      const unknown = statuses?.filter((s) => !CLUSTER_STATUSES.includes(s)) ?? [];
       if (unknown.length > 0) {
         throw new ApiError('VALIDATION_ERROR', `unknown status ${unknown.join(', ')}`, {
           field: 'status',
-          allowed: STATUSES,
+          allowed: CLUSTER_STATUSES,
         });
       }
       const where: Prisma.ClusterWhereInput = {

@@ -247,3 +247,71 @@ export const LogsResponse = Type.Object({
     { description: 'Lines the agent had to drop while it could not send (its buffer was full)' },
   ),
 });
+
+export const CLUSTER_STATUSES: readonly string[] = [
+  'pending',
+  'starting',
+  'running',
+  'stopping',
+  'stopped',
+  'deleting',
+  'deleted',
+  'error',
+];
+
+export const AdminClustersQuery = Type.Object(
+  {
+    status: Type.Optional(
+      Type.String({
+        maxLength: 200,
+        description: `Comma list of statuses (${CLUSTER_STATUSES.join(', ')}). Default: every status but deleted.`,
+      }),
+    ),
+    account_id: Type.Optional(Type.String({ maxLength: 64 })),
+    host_id: Type.Optional(Type.String({ maxLength: 64 })),
+    gpu_type: Type.Optional(Type.String({ maxLength: 64 })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 100 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+  },
+  { additionalProperties: false },
+);
+
+export const AdminCluster = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  status: Type.String(),
+  statusReason: Nullable(Type.String()),
+  account: Type.Object({ id: Type.String(), name: Type.String(), tier: Type.String() }),
+  gpuType: Type.String(),
+  gpuCount: Type.Integer(),
+  region: Nullable(Type.String()),
+  hostId: Nullable(Type.String({ description: 'null while pending and once the GPUs are released' })),
+  gpuIndices: Type.Array(Type.Integer()),
+  queuedAt: Nullable(
+    Type.String({ format: 'date-time', description: 'When placement first found no room; null once placed' }),
+  ),
+  hourlyRate: Type.Number({ description: 'USD per hour for the whole cluster, fixed at placement' }),
+  expiresAt: Nullable(DateTime),
+  createdAt: DateTime,
+  updatedAt: DateTime,
+});
+
+export const AdminClusterList = Type.Object({
+  clusters: Type.Array(AdminCluster),
+  pagination: Type.Object({
+    total: Type.Integer(),
+    limit: Type.Integer(),
+    offset: Type.Integer(),
+    hasMore: Type.Boolean(),
+  }),
+  summary: Type.Object(
+    {
+      byStatus: Type.Record(Type.String(), Type.Integer()),
+      gpusHeld: Type.Integer({ description: 'GPUs assigned to the matching clusters (their gpuIndices)' }),
+      pendingGpus: Type.Integer({
+        description: 'GPUs asked for by matching pending clusters that have none assigned yet',
+      }),
+    },
+    { description: 'Over every cluster matching the filters, not only this page' },
+  ),
+});

@@ -1,5 +1,6 @@
 import { h, replace } from '../dom.ts';
 import { ago, dateTime } from '../format.ts';
+import type { AdminCluster, ClusterList } from '../types.ts';
 import type { View, ViewContext } from '../view.ts';
 
 const PAGE = 100;
@@ -14,28 +15,6 @@ const STATUSES = [
   'error',
   'deleted',
 ];
-
-interface AdminCluster {
-  id: string;
-  name: string;
-  status: string;
-  statusReason: string | null;
-  account: { id: string; name: string; tier: string };
-  gpuType: string;
-  gpuCount: number;
-  region: string | null;
-  hostId: string | null;
-  gpuIndices: number[];
-  queuedAt: string | null;
-  hourlyRate: number;
-  createdAt: string;
-}
-
-interface ClusterList {
-  clusters: AdminCluster[];
-  pagination: { total: number; limit: number; offset: number; hasMore: boolean };
-  summary: { byStatus: Record<string, number>; gpusHeld: number; pendingGpus: number };
-}
 
 /** Every account's clusters: who holds which GPUs where, and what waits for room (and since when). */
 export function clustersView(context: ViewContext): View {

@@ -1,21 +1,10 @@
 import { h, replace } from '../dom.ts';
 import { dateTime } from '../format.ts';
-import type { LogLine } from '../types.ts';
+import type { LogLine, Workload } from '../types.ts';
 import type { View, ViewContext } from '../view.ts';
 
 /** Lines kept on screen; older ones scroll away as new ones arrive. */
 const MAX_LINES = 2_000;
-
-interface Workload {
-  id: string;
-  hostId: string;
-  kind: string;
-  desired: string;
-  phase: string;
-  spec: { image?: string };
-  actualStatus: Record<string, unknown> | null;
-  actualAt: string | null;
-}
 
 /** A workload as its host reports it, and its container logs, followed as they arrive. */
 export function workloadView(context: ViewContext, workloadId: string): View {
