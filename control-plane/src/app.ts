@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { accountRoutes } from './api/accounts/index.ts';
 import { sshKeyRoutes } from './api/accounts/ssh-keys.ts';
 import { gpuPriceRoutes } from './api/admin/gpu-prices.routes.ts';
+import { adminAccountRoutes } from './api/admin/accounts.routes.ts';
 import { adminClusterRoutes } from './api/admin/clusters.routes.ts';
 import { adminHostRoutes } from './api/admin/hosts.routes.ts';
 import { installHttpMetrics, metricsRoutes } from './api/admin/metrics.routes.ts';
@@ -91,6 +92,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(analyticsRoutes, { context });
   await app.register(adminHostRoutes, { context });
   await app.register(adminClusterRoutes, { context });
+  await app.register(adminAccountRoutes, { context });
   await app.register(metricsRoutes, { context });
   await app.register(clusterRoutes, { context });
   await app.register(gpuPriceRoutes, { context });

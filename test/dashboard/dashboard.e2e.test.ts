@@ -214,6 +214,35 @@ describe.skipIf(!canRun)('operators dashboard', () => {
     await page.close();
   });
 
+  it('creates an account whose owner is invited, and changes its tier', async () => {
+    const page = await signIn(cp.ownerKey);
+    await page.click('a[href="#/accounts"]');
+    await page.fill('[data-form="account"] input[name="name"]', 'Tenant One');
+    await page.fill('[data-form="account"] input[name="ownerEmail"]', 'owner@tenant-one.example');
+    await page.selectOption('[data-form="account"] select[name="tier"]', 'pro');
+    await page.click('[data-form="account"] button[type="submit"]');
+    const inviteUrl = (await page.locator('[data-invite-url]').textContent()) ?? '';
+    const token = new URL(inviteUrl).pathname.split('/').pop();
+    const accepted = await fetch(`${cp.url}/v2/accounts/team/invitations/${token}/accept`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(accepted.status).toBe(201);
+    const account = await cp.context.db.prisma.account.findFirstOrThrow({ where: { name: 'Tenant One' } });
+    expect(account.tier).toBe('pro');
+    await page.reload();
+    const row = page.locator(`[data-account="${account.id}"]`);
+    await row.waitFor();
+    await expect.poll(() => row.locator('td').nth(2).textContent()).toBe('1');
+    await row.locator('select[name="tier"]').selectOption('enterprise');
+    await waitFor('tier changed through the dashboard', async () => {
+      const now = await cp.context.db.prisma.account.findUniqueOrThrow({ where: { id: account.id } });
+      return now.tier === 'enterprise';
+    });
+    await page.close();
+  });
+
   it('keeps the key in the tab only, and signing out forgets it', async () => {
     const page = await signIn(cp.ownerKey);
     await page.locator('[data-action="sign-out"]').waitFor();

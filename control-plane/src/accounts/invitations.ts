@@ -34,6 +34,15 @@ export interface AcceptInput {
 
 export type EmailDelivery = 'sent' | 'not_configured' | 'failed';
 
+/** Days an invitation stays valid for `expiresIn` (1d, 7d or 30d; default 7d). */
+function lifetimeDays(expiresIn: string | undefined): number {
+  const lifetime = expiresIn ?? '7d';
+  if (!(lifetime in INVITATION_LIFETIMES)) {
+    throw validationError('expiresIn', `must be one of ${Object.keys(INVITATION_LIFETIMES).join(', ')}`);
+  }
+  return INVITATION_LIFETIMES[lifetime as InvitationLifetime];
+}
+
 const hashToken = (token: string) => createHash('sha256').update(token).digest('hex');
 const MANAGE_TEAM = { permission: 'manage_team', scope: 'accounts' } as const;
 
@@ -67,10 +76,7 @@ export class InvitationService {
     const { db, clock, access } = this.deps;
     const member = await access.require(actor, { ...MANAGE_TEAM, action: 'invite_attempt' });
     const email = checkEmail(input.email);
-    const lifetime = input.expiresIn ?? '7d';
-    if (!(lifetime in INVITATION_LIFETIMES)) {
-      throw validationError('expiresIn', `must be one of ${Object.keys(INVITATION_LIFETIMES).join(', ')}`);
-    }
+    const days = lifetimeDays(input.expiresIn);
     const resolved = await checkAssignableRole(access, member, input.role);
     const permissions = checkPermissions(input.permissions ?? []);
     if (permissions.length > 0) await access.assertCanConfer(member, permissions, [...resolved.scopes]);
@@ -107,35 +113,85 @@ export class InvitationService {
       });
     }
 
+    return this.issue(member.accountId, {
+      email,
+      role: input.role,
+      permissions,
+      department: input.department ?? null,
+      title: input.title ?? null,
+      message: input.message ?? null,
+      days,
+      invitedBy: { userId: member.userId, name: member.name ?? member.email, ip: actor.ip },
+    });
+  }
+
+  /**
+   * An operator's invitation to own a new account (POST /v2/admin/accounts): the same token, expiry,
+   * e-mail and acceptance as a team invitation, from someone who is not a member of that account.
+   */
+  async inviteOwner(input: {
+    accountId: string;
+    email: string;
+    expiresIn?: string | undefined;
+    message?: string | undefined;
+    invitedBy: { userId: string; name: string; ip: string | null };
+  }) {
+    const days = lifetimeDays(input.expiresIn);
+    return this.issue(input.accountId, {
+      email: checkEmail(input.email),
+      role: 'owner',
+      permissions: [],
+      department: null,
+      title: null,
+      message: input.message ?? null,
+      days,
+      invitedBy: input.invitedBy,
+    });
+  }
+
+  /** Stores an invitation (only its token's hash), records it in the account's audit log, e-mails it. */
+  private async issue(
+    accountId: string,
+    fields: {
+      email: string;
+      role: string;
+      permissions: string[];
+      department: string | null;
+      title: string | null;
+      message: string | null;
+      days: number;
+      invitedBy: { userId: string; name: string; ip: string | null };
+    },
+  ) {
+    const { db, clock } = this.deps;
+    const now = clock.now();
     const token = randomBytes(32).toString('base64url');
     const row = await db.prisma.invitation.create({
       data: {
         id: newId('inv'),
-        accountId: member.accountId,
-        email,
-        role: input.role,
-        permissions,
-        department: input.department ?? null,
-        title: input.title ?? null,
-        message: input.message ?? null,
+        accountId,
+        email: fields.email,
+        role: fields.role,
+        permissions: fields.permissions,
+        department: fields.department,
+        title: fields.title,
+        message: fields.message,
         tokenHash: hashToken(token),
         status: 'sent',
-        expiresAt: new Date(
-          now.getTime() + INVITATION_LIFETIMES[lifetime as InvitationLifetime] * 86_400_000,
-        ),
-        invitedById: member.userId,
+        expiresAt: new Date(now.getTime() + fields.days * 86_400_000),
+        invitedById: fields.invitedBy.userId,
         createdAt: now,
       },
     });
     await this.deps.audit.record({
-      accountId: member.accountId,
+      accountId,
       type: 'role_assignment',
       action: 'member_invited',
-      actor: { userId: member.userId, ip: actor.ip },
-      details: { invitationId: row.id, email, role: row.role, permissions },
+      actor: { userId: fields.invitedBy.userId, ip: fields.invitedBy.ip },
+      details: { invitationId: row.id, email: fields.email, role: row.role, permissions: fields.permissions },
     });
     const inviteUrl = this.inviteUrl(token);
-    const emailDelivery = await this.sendInvitationEmail(row, inviteUrl, member.name ?? member.email);
+    const emailDelivery = await this.sendInvitationEmail(row, inviteUrl, fields.invitedBy.name);
     return { invitation: viewInvitation(row, now, inviteUrl), inviteUrl, emailDelivery };
   }
 

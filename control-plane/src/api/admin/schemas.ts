@@ -315,3 +315,65 @@ export const AdminClusterList = Type.Object({
     { description: 'Over every cluster matching the filters, not only this page' },
   ),
 });
+
+const Tier = Type.Union([Type.Literal('free'), Type.Literal('pro'), Type.Literal('enterprise')], {
+  description: 'Rate-limit tier (spec: Limits)',
+});
+
+export const AdminAccount = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  tier: Type.String(),
+  operator: Type.Boolean({ description: "The operators' account (its owners and admins reach /v2/admin)" }),
+  members: Type.Object({ active: Type.Integer(), suspended: Type.Integer() }),
+  pendingInvitations: Type.Integer({ description: 'Sent or resent, not expired' }),
+  clusters: Type.Object({
+    active: Type.Integer({ description: 'Clusters neither stopped nor deleted' }),
+    gpusHeld: Type.Integer({ description: 'GPUs assigned to its clusters now' }),
+  }),
+  createdAt: DateTime,
+  updatedAt: DateTime,
+});
+
+export const AdminAccountsQuery = Type.Object(
+  {
+    tier: Type.Optional(Tier),
+    search: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'Part of the name' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 100 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+  },
+  { additionalProperties: false },
+);
+
+export const AdminAccountList = Type.Object({
+  accounts: Type.Array(AdminAccount),
+  pagination: Type.Object({
+    total: Type.Integer(),
+    limit: Type.Integer(),
+    offset: Type.Integer(),
+    hasMore: Type.Boolean(),
+  }),
+});
+
+export const CreateAccountBody = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 100 }),
+    tier: Type.Optional(Tier),
+    ownerEmail: Type.String({ minLength: 3, maxLength: 254, description: 'Invited to own the account' }),
+    expiresIn: Type.Optional(
+      Type.Union([Type.Literal('1d'), Type.Literal('7d'), Type.Literal('30d')], { default: '7d' }),
+    ),
+    message: Type.Optional(Type.String({ maxLength: 1000 })),
+  },
+  { additionalProperties: false },
+);
+
+export const UpdateAccountBody = Type.Object(
+  {
+    name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    tier: Type.Optional(Tier),
+  },
+  { additionalProperties: false, minProperties: 1 },
+);
+
+export const AccountIdParams = Type.Object({ account_id: Type.String({ maxLength: 64 }) });

@@ -1,6 +1,7 @@
 import { Api, ApiFailure } from './api.ts';
 import { h, replace } from './dom.ts';
 import type { View, ViewContext } from './view.ts';
+import { accountsView } from './views/accounts.ts';
 import { clustersView } from './views/clusters.ts';
 import { fleetView } from './views/fleet.ts';
 import { hostView } from './views/host.ts';
@@ -52,6 +53,7 @@ function start(api: Api): void {
     h('strong', null, 'Anvil'),
     h('a', { attrs: { href: '#/fleet' } }, 'Fleet'),
     h('a', { attrs: { href: '#/clusters' } }, 'Clusters'),
+    h('a', { attrs: { href: '#/accounts' } }, 'Accounts'),
     h('a', { attrs: { href: '#/tokens' } }, 'Join tokens'),
     h('span', { class: 'spacer' }),
     h('a', { attrs: { href: '/docs', target: '_blank', rel: 'noopener' } }, 'API docs'),
@@ -90,7 +92,9 @@ function start(api: Api): void {
             ? tokensView(context)
             : section === 'clusters'
               ? clustersView(context)
-              : fleetView(context);
+              : section === 'accounts'
+                ? accountsView(context)
+                : fleetView(context);
     current = view;
     document.title = `${view.title} · Anvil operators`;
     context.notify('');

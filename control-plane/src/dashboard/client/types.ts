@@ -1,5 +1,6 @@
 import type { Static } from '@sinclair/typebox';
 import type {
+  AdminAccountList,
   AdminClusterList,
   HostDetailRecord,
   HostRecord,
@@ -25,3 +26,5 @@ export type LogLine = Static<typeof LogsResponse>['lines'][number];
 export type Workload = Static<typeof WorkloadRecord>;
 export type ClusterList = Static<typeof AdminClusterList>;
 export type AdminCluster = ClusterList['clusters'][number];
+export type AccountList = Static<typeof AdminAccountList>;
+export type AdminAccount = AccountList['accounts'][number];
