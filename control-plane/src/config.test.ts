@@ -88,6 +88,28 @@ describe('configuration', () => {
     });
   });
 
+  it('reads the dataset variables, with the datasets folder under the data directory by default', () => {
+    expect(loadConfig({ ANVIL_DATA_DIR: '/srv/anvil' })).toMatchObject({
+      datasetsDir: '/srv/anvil/datasets',
+      datasetMaxBytes: 53_687_091_200,
+      datasetUploadTokenSeconds: 86_400,
+    });
+    expect(
+      loadConfig({
+        ANVIL_DATASETS_DIR: '/mnt/datasets',
+        ANVIL_DATASET_MAX_BYTES: '1048576',
+        ANVIL_DATASET_UPLOAD_TOKEN_SECONDS: '600',
+      }),
+    ).toMatchObject({
+      datasetsDir: '/mnt/datasets',
+      datasetMaxBytes: 1_048_576,
+      datasetUploadTokenSeconds: 600,
+    });
+    expect(() => loadConfig({ ANVIL_DATASET_UPLOAD_TOKEN_SECONDS: '5' })).toThrow(
+      /ANVIL_DATASET_UPLOAD_TOKEN_SECONDS must be between 60/,
+    );
+  });
+
   it.each([
     ['ANVIL_SECRET_KEY', 'too-short', /ANVIL_SECRET_KEY must be 32 bytes/],
     ['ANVIL_SECRET_KEY_PREVIOUS', 'nope', /ANVIL_SECRET_KEY_PREVIOUS must be a comma-separated list/],

@@ -49,6 +49,14 @@ export interface Config {
   sshHost: string;
   /** How often usage alerts and billing.cost_alerts are evaluated (seconds; 0 = never on a timer). */
   usageAlertSeconds: number;
+  /** Where training datasets' bytes are stored (default <dataDir>/datasets). */
+  datasetsDir: string;
+  /** Largest dataset accepted, in bytes, however it arrives (single PUT, multipart, URL). */
+  datasetMaxBytes: number;
+  /** Lifetime of a dataset's upload token, in seconds from the dataset's creation. */
+  datasetUploadTokenSeconds: number;
+  /** Bytes of dataset versions and multipart uploads in progress an account may hold; null: no quota. */
+  datasetQuotaBytes: number | null;
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -203,10 +211,12 @@ export function loadConfig(env: Env = process.env): Config {
     );
   }
 
+  const dataDir = resolve(env['ANVIL_DATA_DIR'] || './data');
+
   return {
     port,
     host: env['ANVIL_HOST'] || '0.0.0.0',
-    dataDir: resolve(env['ANVIL_DATA_DIR'] || './data'),
+    dataDir,
     databaseUrl,
     ownerEmail,
     bootstrapApiKey,
@@ -232,6 +242,15 @@ export function loadConfig(env: Env = process.env): Config {
     sshPort: integer(env, 'ANVIL_SSH_PORT', 2222, 0, 65535),
     sshHost: sshHostOf(env, publicUrl),
     usageAlertSeconds: integer(env, 'ANVIL_USAGE_ALERT_SECONDS', 300, 0, 86_400),
+    datasetsDir: env['ANVIL_DATASETS_DIR']
+      ? resolve(env['ANVIL_DATASETS_DIR'])
+      : resolve(dataDir, 'datasets'),
+    // 50 GiB by default; at most 5 TiB, S3's largest object.
+    datasetMaxBytes: integer(env, 'ANVIL_DATASET_MAX_BYTES', 53_687_091_200, 1024, 5_497_558_138_880),
+    datasetUploadTokenSeconds: integer(env, 'ANVIL_DATASET_UPLOAD_TOKEN_SECONDS', 86_400, 60, 2_592_000),
+    datasetQuotaBytes: env['ANVIL_DATASET_QUOTA_BYTES']
+      ? integer(env, 'ANVIL_DATASET_QUOTA_BYTES', 0, 0, Number.MAX_SAFE_INTEGER)
+      : null,
   };
 }
 

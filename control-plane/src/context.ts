@@ -7,6 +7,7 @@ import { type ClusterTelemetry, createClusterTelemetry, metricsViewPart } from '
 import { ClusterAccess } from './clusters/access.ts';
 import { type Clusters, createClusters } from './clusters/index.ts';
 import type { Config } from './config.ts';
+import { createDatasets, type Datasets } from './datasets/index.ts';
 import type { Database } from './db/index.ts';
 import { createFleet, type Fleet } from './hosts/fleet.ts';
 import { ProxyService, proxyViewPart } from './proxy/service.ts';
@@ -49,6 +50,8 @@ export interface AppContext {
   clusters: Clusters;
   /** Cluster metrics (snapshot, history, statistics, custom metrics) and logs (list, search, stream, download). */
   clusterTelemetry: ClusterTelemetry;
+  /** Training datasets: stored bytes, upload tokens, multipart uploads, the processing pass. */
+  datasets: Datasets;
   /** False once shutdown has begun: /readyz then answers 503 so load balancers drain this process. */
   ready: boolean;
   start(): Promise<void>;
@@ -124,6 +127,7 @@ export function createContext(
     proxy: proxyViewPart(proxy),
     metrics: metricsViewPart(clusterTelemetry.metrics),
   });
+  const datasets = createDatasets({ config, db, clock, logger: logger.child({ component: 'datasets' }) });
   const context: AppContext = {
     config,
     db,
@@ -148,6 +152,7 @@ export function createContext(
       clock,
       logger: logger.child({ component: 'terminal' }),
     }),
+    datasets,
     ready: false,
     async start() {
       await keys.start();
@@ -162,11 +167,13 @@ export function createContext(
       clusters.useLogger(logger.child({ component: 'clusters' }));
       await clusters.start();
       clusterTelemetry.start();
+      await datasets.start();
       context.ready = true;
     },
     async stop() {
       await usage.stop();
       context.ready = false;
+      await datasets.stop();
       context.terminal.closeAll();
       await context.ssh.close();
       await clusters.stop();

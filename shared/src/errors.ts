@@ -76,6 +76,20 @@ export const ERROR_STATUS = {
   /** Not in the spec: the same public key registered twice. */
   SSH_KEY_EXISTS: 409,
   USAGE_ALERT_NOT_FOUND: 404,
+  // Training datasets (compute spec: Errors lists the codes without statuses; chosen as the field does).
+  DATASET_NOT_FOUND: 404,
+  /** A dataset format outside jsonl, csv, parquet, hdf5, zip, tar (the short form also takes json). */
+  UNSUPPORTED_FORMAT: 400,
+  /** Not synchronous in Anvil: a processing pass that fails a check records it on the dataset's `error`. */
+  VALIDATION_FAILED: 422,
+  /** Not in the spec: an unknown, completed, aborted or expired multipart upload id. */
+  UPLOAD_NOT_FOUND: 404,
+  /** Storage quota (ANVIL_DATASET_QUOTA_BYTES); 403 like the other limits (LIMIT_EXCEEDED). */
+  QUOTA_EXCEEDED: 403,
+  /** Not in the spec: deleting a dataset that a training job uses. */
+  DATASET_IN_USE: 409,
+  /** Not in the spec: the dataset URL of the short form could not be fetched. */
+  FETCH_FAILED: 502,
   PAYLOAD_TOO_LARGE: 413,
   /** Not in the spec: a plain GET on a WebSocket-only endpoint (the web terminal). */
   UPGRADE_REQUIRED: 426,

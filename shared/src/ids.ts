@@ -50,6 +50,8 @@ export type IdPrefix =
   | 'secret'
   | 'ep'
   | 'ds'
+  | 'dsv'
+  | 'dsup'
   | 'job'
   | 'tune'
   | 'exp'

@@ -754,6 +754,83 @@ describe('migrator', () => {
         const created = await prisma.webhookEvent.create({ data });
         return [data, await prisma.webhookEvent.findUniqueOrThrow({ where: { id: created.id } })];
       },
+      // Training datasets: their rows reference the account (cascade) and each other.
+      Dataset: async () => {
+        const data = {
+          id: 'ds_fixture',
+          accountId,
+          createdById: userId,
+          name: 'chat',
+          description: 'd',
+          type: 'text',
+          format: 'jsonl',
+          status: 'ready',
+          tags: ['a', 'b'],
+          validationConfig: { required_fields: ['prompt'], min_examples: 1 },
+          validationResult: { status: 'passed', checks: [{ name: 'parse', status: 'pass' }], warnings: [] },
+          preprocessing: { tokenizer: 'gpt2' },
+          metadata: { source: 'crawl' },
+          sourceUrl: 'https://example.com/d.jsonl',
+          splitRatio: { train: 0.8, validation: 0.1, test: 0.1 },
+          uploadTokenHash: 'f'.repeat(64),
+          uploadTokenExpiresAt: at,
+          currentVersionId: 'dsv_fixture',
+          sizeBytes: 5_000_000_000n,
+          compressedBytes: 123n,
+          examples: 42n,
+          checksum: 'a'.repeat(64),
+          schema: { fields: [{ name: 'prompt', type: 'string', nullable: false }] },
+          statistics: { records: 42 },
+          error: { code: 'VALIDATION_FAILED', message: 'm', details: {} },
+          processedAt: at,
+          createdAt: at,
+          updatedAt: at,
+        };
+        await prisma.dataset.create({ data });
+        return [data, await prisma.dataset.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      DatasetVersion: async () => {
+        const data = {
+          id: 'dsv_fixture',
+          datasetId: 'ds_fixture',
+          sizeBytes: 5_000_000_000n,
+          checksum: 'a'.repeat(64),
+          source: 'multipart',
+          createdAt: at,
+        };
+        await prisma.datasetVersion.create({ data });
+        return [data, await prisma.datasetVersion.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      DatasetUpload: async () => {
+        const data = {
+          id: 'dsup_fixture',
+          datasetId: 'ds_fixture',
+          filename: 'big.jsonl',
+          declaredSize: 6_000_000_000n,
+          status: 'completed',
+          createdAt: at,
+          expiresAt: at,
+          completedAt: at,
+        };
+        await prisma.datasetUpload.create({ data });
+        return [data, await prisma.datasetUpload.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      DatasetUploadPart: async () => {
+        const data = {
+          uploadId: 'dsup_fixture',
+          partNumber: 10_000,
+          sizeBytes: 5_368_709_120n,
+          checksum: 'b'.repeat(64),
+          uploadedAt: at,
+        };
+        await prisma.datasetUploadPart.create({ data });
+        return [
+          data,
+          await prisma.datasetUploadPart.findUniqueOrThrow({
+            where: { uploadId_partNumber: { uploadId: 'dsup_fixture', partNumber: 10_000 } },
+          }),
+        ];
+      },
     };
     const models = Object.values(Prisma.ModelName).sort();
     const covered = Object.keys(fixtures).sort();

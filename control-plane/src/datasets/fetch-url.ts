@@ -1,0 +1,118 @@
+import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { isIP } from 'node:net';
+import { ApiError } from '@anvil/shared';
+import { isPrivateAddress } from '../accounts/notifications.ts';
+
+/** A URL the control plane refuses to fetch, or a fetch that failed; the message says which. */
+export class FetchError extends Error {}
+
+const MAX_REDIRECTS = 5;
+const TIMEOUT_MS = 30_000;
+
+/**
+ * Checks a dataset URL before it is accepted: http or https only, no credentials, and (unless the
+ * operator allows private targets) no literal loopback/private/link-local address. Names are checked
+ * again when the socket connects, after DNS (see `open`), so a name cannot rebind past this check.
+ */
+export function checkDatasetUrl(raw: string, allowPrivate: boolean): URL {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ApiError('VALIDATION_ERROR', 'dataUrl is not a URL', { field: 'dataUrl', reason: 'not a URL' });
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new ApiError('VALIDATION_ERROR', 'dataUrl must be an http or https URL', {
+      field: 'dataUrl',
+      reason: `scheme ${url.protocol.replace(/:$/, '')} is not allowed`,
+    });
+  }
+  if (url.username || url.password) {
+    throw new ApiError('VALIDATION_ERROR', 'dataUrl must not carry credentials', {
+      field: 'dataUrl',
+      reason: 'user information in the URL',
+    });
+  }
+  const literal = url.hostname.replace(/^\[|\]$/g, '');
+  if (!allowPrivate && (isIP(literal) !== 0 ? isPrivateAddress(literal) : literal === 'localhost')) {
+    throw new ApiError('VALIDATION_ERROR', 'dataUrl points at a private or loopback address', {
+      field: 'dataUrl',
+      reason: 'private network targets are refused (ANVIL_OUTBOUND_ALLOW_PRIVATE=true allows them)',
+    });
+  }
+  return url;
+}
+
+function guardedLookup(allowPrivate: boolean) {
+  return (
+    hostname: string,
+    options: object,
+    callback: (
+      error: NodeJS.ErrnoException | null,
+      address: string | LookupAddress[],
+      family?: number,
+    ) => void,
+  ) => {
+    dnsLookup(hostname, { ...options, all: true }, (error, addresses) => {
+      if (error) return callback(error, '');
+      const list = addresses as LookupAddress[];
+      if (!allowPrivate && list.some((a) => isPrivateAddress(a.address))) {
+        const refused = new Error(`${hostname} resolves to a private address`) as NodeJS.ErrnoException;
+        refused.code = 'EPRIVATE';
+        return callback(refused, '');
+      }
+      if ((options as { all?: boolean }).all) return callback(null, list);
+      return callback(null, list[0]!.address, list[0]!.family);
+    });
+  };
+}
+
+function get(url: URL, allowPrivate: boolean): Promise<IncomingMessage> {
+  const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
+  return new Promise((resolve, reject) => {
+    const req = send(
+      url,
+      {
+        method: 'GET',
+        headers: { 'user-agent': 'Anvil-Datasets/1', accept: '*/*' },
+        lookup: guardedLookup(allowPrivate) as never,
+        timeout: TIMEOUT_MS,
+      },
+      resolve,
+    );
+    req.on('timeout', () =>
+      req.destroy(new FetchError(`no answer from ${url.host} within ${TIMEOUT_MS} ms`)),
+    );
+    req.on('error', (error) => reject(error instanceof FetchError ? error : new FetchError(error.message)));
+    req.end();
+  });
+}
+
+/**
+ * GETs a dataset URL and returns the response body as a stream (the caller stores it, with its own
+ * size limit). Redirects are followed up to 5 times, each target checked like the first.
+ */
+export async function openDatasetUrl(raw: string, allowPrivate: boolean): Promise<IncomingMessage> {
+  let url = checkDatasetUrl(raw, allowPrivate);
+  for (let hop = 0; ; hop++) {
+    const response = await get(url, allowPrivate);
+    const status = response.statusCode ?? 0;
+    if (status >= 300 && status < 400 && response.headers.location) {
+      response.resume();
+      if (hop >= MAX_REDIRECTS) throw new FetchError(`more than ${MAX_REDIRECTS} redirects`);
+      try {
+        url = checkDatasetUrl(new URL(response.headers.location, url).toString(), allowPrivate);
+      } catch (error) {
+        throw new FetchError(`redirect refused: ${(error as Error).message}`);
+      }
+      continue;
+    }
+    if (status < 200 || status >= 300) {
+      response.resume();
+      throw new FetchError(`${url.host} answered HTTP ${status}`);
+    }
+    return response;
+  }
+}
