@@ -1,10 +1,10 @@
 import { createHmac, randomBytes } from 'node:crypto';
-import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { BlockList, isIP } from 'node:net';
+import { isIP } from 'node:net';
 import nodemailer, { type Transporter } from 'nodemailer';
 import type { Clock } from '../auth/clock.ts';
+import { isPrivateAddress, privateAddressGuard } from '../util/outbound-guard.ts';
 
 /**
  * Outbound notifications: signed webhooks, chat webhooks (Slack's incoming-webhook format, which
@@ -50,41 +50,6 @@ export class DeliveryError extends Error {
     super(message);
     this.name = 'DeliveryError';
   }
-}
-
-// Addresses a notification must not reach unless the operator allows it: the control plane's own
-// network (SSRF). Loopback, RFC 1918, CGNAT, link-local (cloud metadata), unique-local, unspecified.
-const PRIVATE = new BlockList();
-for (const [net, prefix] of [
-  ['0.0.0.0', 8],
-  ['10.0.0.0', 8],
-  ['100.64.0.0', 10],
-  ['127.0.0.0', 8],
-  ['169.254.0.0', 16],
-  ['172.16.0.0', 12],
-  ['192.168.0.0', 16],
-  ['224.0.0.0', 4],
-  ['240.0.0.0', 4],
-] as const) {
-  PRIVATE.addSubnet(net, prefix, 'ipv4');
-}
-for (const [net, prefix] of [
-  ['::', 128],
-  ['::1', 128],
-  ['fc00::', 7],
-  ['fe80::', 10],
-  ['ff00::', 8],
-] as const) {
-  PRIVATE.addSubnet(net, prefix, 'ipv6');
-}
-
-export function isPrivateAddress(address: string): boolean {
-  const version = isIP(address);
-  if (version === 0) return true;
-  if (version === 6 && address.toLowerCase().startsWith('::ffff:')) {
-    return PRIVATE.check(address.slice(7), 'ipv4');
-  }
-  return PRIVATE.check(address, version === 4 ? 'ipv4' : 'ipv6');
 }
 
 export class Notifier {
@@ -175,32 +140,7 @@ export class Notifier {
         new DeliveryError(`${literal} is a private address; set ANVIL_OUTBOUND_ALLOW_PRIVATE=true to allow`),
       );
     }
-    // The address is checked when the socket connects, after DNS: a name that resolves to a private
-    // address is refused even if it looked public (no DNS-rebinding bypass).
-    const lookup = (
-      hostname: string,
-      options: object,
-      callback: (
-        error: NodeJS.ErrnoException | null,
-        address: string | LookupAddress[],
-        family?: number,
-      ) => void,
-    ) => {
-      dnsLookup(hostname, { ...options, all: true }, (error, addresses) => {
-        if (error) return callback(error, '');
-        const list = addresses as LookupAddress[];
-        const refused = !allowPrivate && list.some((a) => isPrivateAddress(a.address));
-        if (refused) {
-          const blocked = new Error(
-            `${hostname} resolves to a private address; set ANVIL_OUTBOUND_ALLOW_PRIVATE=true to allow`,
-          ) as NodeJS.ErrnoException;
-          blocked.code = 'EPRIVATE';
-          return callback(blocked, '');
-        }
-        if ((options as { all?: boolean }).all) return callback(null, list);
-        return callback(null, list[0]!.address, list[0]!.family);
-      });
-    };
+    const lookup = privateAddressGuard(allowPrivate);
     return new Promise((resolve, reject) => {
       const req = send(
         target,

@@ -1,9 +1,8 @@
-import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { isIP } from 'node:net';
 import { ApiError } from '@anvil/shared';
-import { isPrivateAddress } from '../accounts/notifications.ts';
+import { isPrivateAddress, privateAddressGuard } from '../util/outbound-guard.ts';
 
 /** A URL the control plane refuses to fetch, or a fetch that failed; the message says which. */
 export class FetchError extends Error {}
@@ -45,30 +44,6 @@ export function checkDatasetUrl(raw: string, allowPrivate: boolean): URL {
   return url;
 }
 
-function guardedLookup(allowPrivate: boolean) {
-  return (
-    hostname: string,
-    options: object,
-    callback: (
-      error: NodeJS.ErrnoException | null,
-      address: string | LookupAddress[],
-      family?: number,
-    ) => void,
-  ) => {
-    dnsLookup(hostname, { ...options, all: true }, (error, addresses) => {
-      if (error) return callback(error, '');
-      const list = addresses as LookupAddress[];
-      if (!allowPrivate && list.some((a) => isPrivateAddress(a.address))) {
-        const refused = new Error(`${hostname} resolves to a private address`) as NodeJS.ErrnoException;
-        refused.code = 'EPRIVATE';
-        return callback(refused, '');
-      }
-      if ((options as { all?: boolean }).all) return callback(null, list);
-      return callback(null, list[0]!.address, list[0]!.family);
-    });
-  };
-}
-
 function get(url: URL, allowPrivate: boolean): Promise<IncomingMessage> {
   const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
@@ -77,7 +52,7 @@ function get(url: URL, allowPrivate: boolean): Promise<IncomingMessage> {
       {
         method: 'GET',
         headers: { 'user-agent': 'Anvil-Datasets/1', accept: '*/*' },
-        lookup: guardedLookup(allowPrivate) as never,
+        lookup: privateAddressGuard(allowPrivate) as never,
         timeout: TIMEOUT_MS,
       },
       resolve,

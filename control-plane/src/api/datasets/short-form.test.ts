@@ -6,8 +6,8 @@ import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isPrivateAddress } from '../../accounts/notifications.ts';
 import { createTestApp, type TestApp } from '../../testing/index.ts';
+import { isPrivateAddress } from '../../util/outbound-guard.ts';
 
 const sha256 = (bytes: string) => createHash('sha256').update(bytes).digest('hex');
 const BODY = '{"text":"one"}\n{"text":"two"}\n{"text":"three"}\n';
