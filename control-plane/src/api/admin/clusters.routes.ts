@@ -4,7 +4,7 @@ import type { AppContext } from '../../context.ts';
 import type { Prisma } from '../../db/generated/client.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { requireOperator } from './operator.ts';
-import { AdminClusterList, AdminClustersQuery, CLUSTER_STATUSES } from './schemas.ts';
+import { ADMIN_CLUSTER_STATUSES, AdminClusterList, AdminClustersQuery } from './schemas.ts';
 
 /**
  * GET /v2/admin/clusters: every account's GPU clusters, for operators (who uses which host, what waits in
@@ -36,11 +36,11 @@ export const adminClusterRoutes: FastifyPluginAsyncTypebox<{ context: AppContext
         ?.split(',')
         .map((s) => s.trim())
         .filter(Boolean);
-      const unknown = statuses?.filter((s) => !CLUSTER_STATUSES.includes(s)) ?? [];
+      const unknown = statuses?.filter((s) => !ADMIN_CLUSTER_STATUSES.includes(s)) ?? [];
       if (unknown.length > 0) {
         throw new ApiError('VALIDATION_ERROR', `unknown status ${unknown.join(', ')}`, {
           field: 'status',
-          allowed: CLUSTER_STATUSES,
+          allowed: ADMIN_CLUSTER_STATUSES,
         });
       }
       const where: Prisma.ClusterWhereInput = {

@@ -1,5 +1,6 @@
 import { Inventory, WorkloadSpec } from '@anvil/shared/protocol';
 import { type TSchema, Type } from '@sinclair/typebox';
+import { CLUSTER_STATUSES } from '../../clusters/requests.ts';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 const DateTime = Type.String({ format: 'date-time' });
@@ -248,23 +249,15 @@ export const LogsResponse = Type.Object({
   ),
 });
 
-export const CLUSTER_STATUSES: readonly string[] = [
-  'pending',
-  'starting',
-  'running',
-  'stopping',
-  'stopped',
-  'deleting',
-  'deleted',
-  'error',
-];
+/** Every status a cluster row can hold: the customers' list filter's, plus deleted (operators see those too). */
+export const ADMIN_CLUSTER_STATUSES: readonly string[] = [...CLUSTER_STATUSES, 'deleted'];
 
 export const AdminClustersQuery = Type.Object(
   {
     status: Type.Optional(
       Type.String({
         maxLength: 200,
-        description: `Comma list of statuses (${CLUSTER_STATUSES.join(', ')}). Default: every status but deleted.`,
+        description: `Comma list of statuses (${ADMIN_CLUSTER_STATUSES.join(', ')}). Default: every status but deleted.`,
       }),
     ),
     account_id: Type.Optional(Type.String({ maxLength: 64 })),
