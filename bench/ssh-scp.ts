@@ -19,6 +19,15 @@ import {
 
 const SIZE_MB = Number(process.env['ANVIL_BENCH_SCP_MB'] ?? 64);
 const RUNS = Number(process.env['ANVIL_BENCH_SCP_RUNS'] ?? 3);
+/**
+ * Which transfers to measure (all by default): upload, download, upload-O, download-O, and small (a
+ * one-byte download: the fixed cost of a session, in ms). One alone, e.g. to profile it.
+ */
+const PARTS = new Set(
+  (process.env['ANVIL_BENCH_SCP_PARTS'] ?? 'upload,download,upload-O,download-O,small')
+    .split(',')
+    .map((p) => p.trim()),
+);
 
 async function timed(args: string[]): Promise<number> {
   const started = process.hrtime.bigint();
@@ -28,17 +37,23 @@ async function timed(args: string[]): Promise<number> {
 }
 
 /**
- * Best of RUNS through the relay and through sshd, in MB/s, their runs interleaved so that both meet
- * the same machine (other work on it shifts both alike).
+ * The fastest of RUNS through the relay and through sshd, in seconds, their runs interleaved so that
+ * both meet the same machine (other work on it shifts both alike).
  */
-async function bestOfEach(relay: string[], direct: string[]): Promise<[number, number]> {
+async function fastestOfEach(relay: string[], direct: string[]): Promise<[number, number]> {
   let relayFastest = Number.POSITIVE_INFINITY;
   let directFastest = Number.POSITIVE_INFINITY;
   for (let i = 0; i < RUNS; i++) {
     relayFastest = Math.min(relayFastest, await timed(relay));
     directFastest = Math.min(directFastest, await timed(direct));
   }
-  return [SIZE_MB / relayFastest, SIZE_MB / directFastest];
+  return [relayFastest, directFastest];
+}
+
+/** Best of RUNS through the relay and through sshd, in MB/s. */
+async function bestOfEach(relay: string[], direct: string[]): Promise<[number, number]> {
+  const [relaySeconds, directSeconds] = await fastestOfEach(relay, direct);
+  return [SIZE_MB / relaySeconds, SIZE_MB / directSeconds];
 }
 
 export async function runSshScpBench(): Promise<void> {
@@ -107,22 +122,44 @@ export async function runSshScpBench(): Promise<void> {
     const relayArgs = ['-P', String(world.port), ...clientOptions(key)];
     const sshdArgs = ['-P', String(sshdPort), ...clientOptions(key)];
 
-    const figures = async (flags: string[]) => {
-      const [up, directUp] = await bestOfEach(
+    const bench = async (relay: string[], direct: string[], what: string) =>
+      PARTS.has(what) ? bestOfEach(relay, direct) : ([Number.NaN, Number.NaN] as const);
+    const figures = async (flags: string[], suffix: string) => {
+      const [up, directUp] = await bench(
         [...flags, ...relayArgs, file, `${relayTarget}:/tmp/payload.bin`],
         [...flags, ...sshdArgs, file, `${sshdTarget}:${join(dir, 'sshd-copy.bin')}`],
+        `upload${suffix}`,
       );
-      const [down, directDown] = await bestOfEach(
+      // A download needs the uploaded file: uploaded once, untimed, when the upload is not measured.
+      if (!PARTS.has(`upload${suffix}`)) {
+        await timed([...flags, ...relayArgs, file, `${relayTarget}:/tmp/payload.bin`]);
+        await timed([...flags, ...sshdArgs, file, `${sshdTarget}:${join(dir, 'sshd-copy.bin')}`]);
+      }
+      const [down, directDown] = await bench(
         [...flags, ...relayArgs, `${relayTarget}:/tmp/payload.bin`, join(dir, 'relay-back.bin')],
         [...flags, ...sshdArgs, `${sshdTarget}:${join(dir, 'sshd-copy.bin')}`, join(dir, 'sshd-back.bin')],
+        `download${suffix}`,
       );
       return { up, directUp, down, directDown };
     };
-    const sftpMode = await figures([]);
-    const scpMode = await figures(['-O']);
+    const sftpMode = await figures([], '');
+    let small: [number, number] | null = null;
+    if (PARTS.has('small')) {
+      writeFileSync(join(dir, 'small.bin'), 'x');
+      await timed([...relayArgs, join(dir, 'small.bin'), `${relayTarget}:/tmp/small.bin`]);
+      await timed([...sshdArgs, join(dir, 'small.bin'), `${sshdTarget}:${join(dir, 'sshd-small.bin')}`]);
+      const [relay, direct] = await fastestOfEach(
+        [...relayArgs, `${relayTarget}:/tmp/small.bin`, join(dir, 'relay-small.back')],
+        [...sshdArgs, `${sshdTarget}:${join(dir, 'sshd-small.bin')}`, join(dir, 'sshd-small.back')],
+      );
+      small = [relay * 1000, direct * 1000];
+    }
+    const scpMode = PARTS.has('upload-O') || PARTS.has('download-O') ? await figures(['-O'], '-O') : null;
 
     const line = (what: string, relay: number, direct: number) =>
-      `  ${what.padEnd(13)} relay ${relay.toFixed(1).padStart(7)} MB/s   sshd ${direct.toFixed(1).padStart(7)} MB/s   ratio ${(relay / direct).toFixed(2)}\n`;
+      PARTS.has(what.replace(' ', ''))
+        ? `  ${what.padEnd(13)} relay ${relay.toFixed(1).padStart(7)} MB/s   sshd ${direct.toFixed(1).padStart(7)} MB/s   ratio ${(relay / direct).toFixed(2)}\n`
+        : '';
     process.stdout.write(
       `ssh-scp: ${SIZE_MB} MB file, best of ${RUNS} (interleaved), scp through the relay vs OpenSSH sshd (load average ${loadavg()
         .map((l) => l.toFixed(2))
@@ -130,8 +167,15 @@ export async function runSshScpBench(): Promise<void> {
     );
     process.stdout.write(line('upload', sftpMode.up, sftpMode.directUp));
     process.stdout.write(line('download', sftpMode.down, sftpMode.directDown));
-    process.stdout.write(line('upload -O', scpMode.up, scpMode.directUp));
-    process.stdout.write(line('download -O', scpMode.down, scpMode.directDown));
+    if (scpMode) {
+      process.stdout.write(line('upload -O', scpMode.up, scpMode.directUp));
+      process.stdout.write(line('download -O', scpMode.down, scpMode.directDown));
+    }
+    if (small) {
+      process.stdout.write(
+        `  ${'1-byte down'.padEnd(13)} relay ${small[0].toFixed(0).padStart(7)} ms     sshd ${small[1].toFixed(0).padStart(7)} ms     (a session's fixed cost)\n`,
+      );
+    }
   } finally {
     sshd.child?.kill();
     await world.close();

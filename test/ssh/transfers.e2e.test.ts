@@ -23,6 +23,7 @@ import {
   runTool,
   type SshWorld,
   startSshWorld,
+  waitFor,
 } from './fixtures.ts';
 
 const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
@@ -49,6 +50,31 @@ describe.skipIf(!dockerAvailable())('SSH relay file transfers', () => {
       ['-b', '-', '-P', String(world.port), ...clientOptions(key), target],
       `${batch.join('\n')}\n`,
     );
+  /** An ssh2 SFTP client (it can name any path, and send requests the OpenSSH tools never do). */
+  const connectSftp = async () => {
+    const client = new Client();
+    await new Promise<void>((resolve, reject) => {
+      client.on('ready', resolve).on('error', reject);
+      client.connect({
+        host: '127.0.0.1',
+        port: world.port,
+        username: cluster.id,
+        privateKey: readFileSync(key.path),
+      });
+    });
+    const sftp = await new Promise<SFTPWrapper>((resolve, reject) =>
+      client.sftp((err, s) => (err ? reject(err) : resolve(s))),
+    );
+    return { client, sftp };
+  };
+  const call = <T>(fn: (cb: (err: Error | null | undefined, value: T) => void) => void) =>
+    new Promise<T>((resolve, reject) => fn((err, value) => (err ? reject(err) : resolve(value))));
+  /** Processes in the container running the relay's helper shell or a spare exec. */
+  const helperProcesses = async () => {
+    const run = await ssh('grep -l anvil_[d]ecode /proc/[0-9]*/cmdline 2>/dev/null | wc -l');
+    expect(run.code, run.stderr).toBe(0);
+    return Number(run.stdout.toString().trim());
+  };
   const remoteSha = async (path: string) => {
     const run = await ssh(`sha256sum '${path}'`);
     expect(run.code, run.stderr).toBe(0);
@@ -215,22 +241,8 @@ describe.skipIf(!dockerAvailable())('SSH relay file transfers', () => {
   }, 240_000);
 
   it('writes and reads at arbitrary offsets through SFTP (rewrites, gaps, out of order)', async () => {
-    const client = new Client();
-    await new Promise<void>((resolve, reject) => {
-      client.on('ready', resolve).on('error', reject);
-      client.connect({
-        host: '127.0.0.1',
-        port: world.port,
-        username: cluster.id,
-        privateKey: readFileSync(key.path),
-      });
-    });
+    const { client, sftp } = await connectSftp();
     try {
-      const sftp = await new Promise<SFTPWrapper>((resolve, reject) =>
-        client.sftp((err, s) => (err ? reject(err) : resolve(s))),
-      );
-      const call = <T>(fn: (cb: (err: Error | null | undefined, value: T) => void) => void) =>
-        new Promise<T>((resolve, reject) => fn((err, value) => (err ? reject(err) : resolve(value))));
       const write = (handle: Buffer, data: Buffer, position: number) =>
         call<void>((cb) => sftp.write(handle, data, 0, data.length, position, (err) => cb(err, undefined)));
 
@@ -321,5 +333,78 @@ describe.skipIf(!dockerAvailable())('SSH relay file transfers', () => {
     const resumed = await sftp([`reget /tmp/large.bin ${viaSftp}`]);
     expect(resumed.code, resumed.stderr).toBe(0);
     expect(sha256(readFileSync(viaSftp))).toBe(sum);
+  }, 240_000);
+  it('serves names holding newlines, quotes, $, backslashes and a leading dash, byte for byte', async () => {
+    // Names hold no `/`: run, these would make `anvil-pwned` in the working directory.
+    const dirName = `/tmp/nasty\n$HOME 'dir'`;
+    const names = [
+      'new\nline.bin',
+      `quotes ' and ".bin`,
+      '$(touch anvil-pwned).bin',
+      '`touch anvil-pwned`',
+      '; touch anvil-pwned',
+      'back\\slash \\n \\0101.bin',
+      '-leading-dash',
+      'trailing newline\n',
+      '*',
+    ];
+    const { client, sftp } = await connectSftp();
+    try {
+      await call<void>((cb) => sftp.mkdir(dirName, (err) => cb(err, undefined)));
+      const contents = new Map(names.map((name) => [name, randomBytes(1000 + name.length)]));
+      for (const [name, data] of contents) {
+        await call<void>((cb) => sftp.writeFile(`${dirName}/${name}`, data, (err) => cb(err, undefined)));
+      }
+      const listed = await call<{ filename: string; attrs: { size: number } }[]>((cb) =>
+        sftp.readdir(dirName, cb),
+      );
+      expect(listed.map((e) => e.filename).sort()).toEqual([...names].sort());
+      for (const entry of listed) expect(entry.attrs.size).toBe(contents.get(entry.filename)!.length);
+      for (const [name, data] of contents) {
+        const stat = await call<{ size: number }>((cb) => sftp.stat(`${dirName}/${name}`, cb));
+        expect(stat.size, name).toBe(data.length);
+        const back = await call<Buffer>((cb) => sftp.readFile(`${dirName}/${name}`, cb));
+        expect(sha256(back), name).toBe(sha256(data));
+      }
+      await call<void>((cb) =>
+        sftp.rename(`${dirName}/new\nline.bin`, `${dirName}/re\nnamed`, (err) => cb(err, undefined)),
+      );
+      await call<void>((cb) => sftp.unlink(`${dirName}/-leading-dash`, (err) => cb(err, undefined)));
+      const after = await call<{ filename: string }[]>((cb) => sftp.readdir(dirName, cb));
+      expect(after.map((e) => e.filename)).toContain('re\nnamed');
+      expect(after.map((e) => e.filename)).not.toContain('-leading-dash');
+    } finally {
+      client.end();
+    }
+    // OpenSSH's scp (SFTP mode) fetches a name with a newline in it.
+    const local = join(dir, 'newline.back');
+    const down = await scp(`${target}:${dirName}/re\nnamed`, local);
+    expect(down.code, down.stderr).toBe(0);
+    expect(readFileSync(local).length).toBe(1000 + 'new\nline.bin'.length);
+    const pwned = await ssh('find / -xdev -name anvil-pwned 2>/dev/null | wc -l');
+    expect(pwned.stdout.toString().trim()).toBe('0');
+  }, 240_000);
+
+  it('leaves no helper or spare processes in the container once a session ends, however it ends', async () => {
+    expect(await helperProcesses()).toBe(0);
+    const data = randomBytes(3 * 1024 * 1024);
+    writeFileSync(join(dir, 'helpers.bin'), data);
+    const up = await scp(join(dir, 'helpers.bin'), `${target}:/tmp/helpers.bin`);
+    expect(up.code, up.stderr).toBe(0);
+    await waitFor('no helpers after scp', async () => (await helperProcesses()) === 0, 15_000);
+
+    // While a session lasts, its helper and spare run; ending it (EOF, or the connection cut) ends them.
+    for (const end of ['end', 'destroy'] as const) {
+      const { client, sftp } = await connectSftp();
+      const back = await call<Buffer>((cb) => sftp.readFile('/tmp/helpers.bin', cb));
+      expect(sha256(back)).toBe(sha256(data));
+      await call<void>((cb) => sftp.mkdir(`/tmp/helpers-${end}`, (err) => cb(err, undefined)));
+      expect(await helperProcesses()).toBeGreaterThanOrEqual(2);
+      if (end === 'end') client.end();
+      else client.destroy();
+      await waitFor(`no helpers after ${end}`, async () => (await helperProcesses()) === 0, 15_000);
+    }
+    const leftovers = await ssh('ls -A /tmp | grep -c "^tmp\\." || true');
+    expect(leftovers.stdout.toString().trim()).toBe('0');
   }, 240_000);
 });

@@ -15,18 +15,20 @@ export class DockerDemuxer {
     if (this.#pendingLength > 0) {
       this.#pending.push(chunk);
       this.#pendingLength += chunk.length;
-      if (!this.#complete()) return;
-      buffer = Buffer.concat(this.#pending, this.#pendingLength);
+      const frameLength = this.#completeFrameLength();
+      if (frameLength === null) return;
+      // Only the frame that spans chunks is joined: it ends in this chunk (it was incomplete without
+      // it), whose rest is read in place. Joining the whole chunk copied nearly every byte of a stream.
+      const frame = Buffer.concat(this.#pending, frameLength);
+      buffer = chunk.subarray(chunk.length - (this.#pendingLength - frameLength));
       this.#pending = [];
       this.#pendingLength = 0;
+      this.#emitFrame(frame);
     }
     while (buffer.length >= 8) {
       const length = buffer.readUInt32BE(4);
       if (buffer.length < 8 + length) break;
-      const type = buffer[0];
-      const payload = buffer.subarray(8, 8 + length);
-      // Type 0 (stdin) is never sent by Docker; treat it, and 1, as stdout rather than drop bytes.
-      if (payload.length > 0) this.emit(type === 2 ? 'stderr' : 'stdout', payload);
+      this.#emitFrame(buffer.subarray(0, 8 + length));
       buffer = buffer.subarray(8 + length);
     }
     if (buffer.length > 0) {
@@ -36,11 +38,19 @@ export class DockerDemuxer {
     }
   }
 
-  /** Whether the pending chunks hold a whole frame (its header included). */
-  #complete(): boolean {
-    if (this.#pendingLength < 8) return false;
+  /** One whole frame, header included. */
+  #emitFrame(frame: Buffer): void {
+    const payload = frame.subarray(8);
+    // Type 0 (stdin) is never sent by Docker; treat it, and 1, as stdout rather than drop bytes.
+    if (payload.length > 0) this.emit(frame[0] === 2 ? 'stderr' : 'stdout', payload);
+  }
+
+  /** The length of the first frame (its header included) once the pending chunks hold all of it. */
+  #completeFrameLength(): number | null {
+    if (this.#pendingLength < 8) return null;
     const head = this.#pending[0]!.length >= 8 ? this.#pending[0]! : Buffer.concat(this.#pending, 8);
-    return this.#pendingLength >= 8 + head.readUInt32BE(4);
+    const length = 8 + head.readUInt32BE(4);
+    return this.#pendingLength >= length ? length : null;
   }
 
   /** Bytes of an incomplete frame still held. */

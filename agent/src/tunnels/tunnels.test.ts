@@ -20,6 +20,27 @@ describe('DockerDemuxer', () => {
     expect(demux.pendingBytes).toBe(0);
   });
 
+  it('splits frames of every size across every pair of chunk boundaries', () => {
+    const frames = [
+      muxFrame(1, 'a'.repeat(20)),
+      muxFrame(2, 'err'),
+      muxFrame(1, ''),
+      muxFrame(1, 'b'.repeat(9)),
+    ];
+    const bytes = Buffer.concat(frames);
+    for (let first = 0; first <= bytes.length; first++) {
+      for (let second = first; second <= bytes.length; second++) {
+        const out: string[] = [];
+        const demux = new DockerDemuxer((stream, payload) => out.push(`${stream}:${payload.toString()}`));
+        demux.push(bytes.subarray(0, first));
+        demux.push(bytes.subarray(first, second));
+        demux.push(bytes.subarray(second));
+        expect(out).toEqual([`stdout:${'a'.repeat(20)}`, 'stderr:err', `stdout:${'b'.repeat(9)}`]);
+        expect(demux.pendingBytes).toBe(0);
+      }
+    }
+  });
+
   it('holds an incomplete frame until the rest arrives', () => {
     const out: string[] = [];
     const demux = new DockerDemuxer((_stream, payload) => out.push(payload.toString()));

@@ -5,7 +5,8 @@ import { type ContainerExec, finished } from './container-exec.ts';
 /**
  * Files inside a container, for SFTP and SCP: images have no sftp-server or scp, only a POSIX shell and
  * its tools (busybox is enough: sh, cat, dd, stat, mkdir, rmdir, rm, mv, chmod, chown, truncate, touch,
- * readlink, ln). Each operation is one exec; file contents stream through long-lived `cat`/`dd` processes.
+ * readlink, ln). Each operation is one short script (in the session's helper shell once ContainerExec is
+ * prepared, else an exec of its own); file contents stream through long-lived `cat`/`dd` processes.
  */
 
 /** A failed operation: what kind (for SFTP status codes) and the reason as strerror words it. */

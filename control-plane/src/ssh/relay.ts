@@ -277,7 +277,7 @@ export class SshRelay {
       log.info({ cluster_id: login.clusterId, user_id: login.userId, kind: 'sftp' }, 'ssh session');
       const channel = accept();
       try {
-        new SftpBackend(channel, this.#files(login), log);
+        new SftpBackend(channel, this.#files(login, channel), log);
       } catch (error) {
         log.warn({ err: error }, 'sftp could not start');
         channel.end();
@@ -285,8 +285,15 @@ export class SshRelay {
     });
   }
 
-  #files(login: Login): ContainerFs {
-    return new ContainerFs(new ContainerExec(this.#tunnels(), login.clusterId));
+  /**
+   * The container's files for one channel. Its helper shell and spare exec start now, while the client
+   * is still at its handshake (SFTP INIT, the scp protocol's first byte), and end with the channel.
+   */
+  #files(login: Login, channel: ServerChannel): ContainerFs {
+    const exec = new ContainerExec(this.#tunnels(), login.clusterId);
+    exec.prepare();
+    channel.once('close', () => exec.close());
+    return new ContainerFs(exec);
   }
 
   /** Legacy `scp -O`: the relay speaks the SCP protocol itself, over the container's files. */
@@ -301,7 +308,7 @@ export class SshRelay {
     };
     let server: ScpServer;
     try {
-      server = new ScpServer(channel, this.#files(login), command, log);
+      server = new ScpServer(channel, this.#files(login, channel), command, log);
     } catch (error) {
       channel.stderr.write(`anvil: cannot reach the cluster's container: ${(error as Error).message}\r\n`);
       finish(255);

@@ -75,9 +75,6 @@ export const MAX_MESSAGE_BYTES = 256 * 1024;
 /** Replies not yet sent (the client's window is shut) beyond which no more requests are read. */
 const MAX_UNSENT_BYTES = 32 * 1024 * 1024;
 
-/** Reply pieces at least this long are written on their own rather than joined with others. */
-const LARGE_PART_BYTES = 8 * 1024;
-
 /** Replies gathered before they are written without waiting for the turn of the event loop to end. */
 const FLUSH_BYTES = 256 * 1024;
 
@@ -286,7 +283,7 @@ export class SftpChannel {
     this.#send(new Writer().u8(TYPE.HANDLE).u32(id).bytes(handle));
   }
 
-  /** A DATA reply from the pieces of its bytes (written as they are, not joined first). */
+  /** A DATA reply from the pieces of its bytes (joined once, with the other replies of its flush). */
   data(id: number, parts: Buffer[]): void {
     const writer = new Writer().u8(TYPE.DATA).u32(id);
     writer.u32(parts.reduce((sum, part) => sum + part.length, 0));
@@ -332,28 +329,20 @@ export class SftpChannel {
   }
 
   /**
-   * Writes the pending replies: small pieces joined, large ones (file data) as they are. ssh2 cuts each
-   * write into packets of its own, so a reply's few header bytes ride with the small pieces around it.
+   * Writes the pending replies as one buffer. ssh2 sends every write as packets of its own (a packet
+   * each, up to the client's 32 KiB packet size), each encrypted, MACed and written to the socket
+   * apart: a reply's 13-byte header and the pieces of tunnel chunks it is made of would each be a
+   * packet. Joined, nearly every packet is full; the copy costs far less than the packets it saves
+   * (a download sent a third fewer packets, bench/ssh-scp.ts).
    */
   #flush(): void {
     this.#flushScheduled = false;
     if (this.#out.length === 0) return;
     const out = this.#out;
+    const bytes = this.#outBytes;
     this.#out = [];
     this.#outBytes = 0;
-    let small: Buffer[] = [];
-    const writeSmall = () => {
-      if (small.length > 0) this.channel.write(small.length === 1 ? small[0]! : Buffer.concat(small));
-      small = [];
-    };
-    for (const part of out) {
-      if (part.length < LARGE_PART_BYTES) small.push(part);
-      else {
-        writeSmall();
-        this.channel.write(part);
-      }
-    }
-    writeSmall();
+    this.channel.write(out.length === 1 ? out[0]! : Buffer.concat(out, bytes));
     // A client that asks faster than it reads is held back: no more requests are read until it has.
     // (Well-behaved clients keep a bounded number of requests in flight, 64 of 255 KiB for OpenSSH's.)
     if (this.channel.writableLength > MAX_UNSENT_BYTES && !this.channel.isPaused()) {

@@ -42,8 +42,9 @@ const EXTENSIONS = { 'limits@openssh.com': '1' };
 /**
  * The SFTP server side of the relay, backed by the container's files (ContainerFs): a file open for
  * reading is served by ReadAhead, one open for writing by FileWriter; metadata requests are one short
- * exec each. Paths are resolved against the login user's home directory. Runs on a raw `sftp`
- * subsystem channel (SftpChannel speaks the protocol).
+ * command each, run by the session's helper shell (ContainerExec.prepare). Paths are resolved against
+ * the login user's home directory. Runs on a raw `sftp` subsystem channel (SftpChannel speaks the
+ * protocol).
  */
 export class SftpBackend {
   readonly #handles = new Map<string, Handle>();
@@ -76,6 +77,9 @@ export class SftpBackend {
       },
       EXTENSIONS,
     );
+    // Clients resolve "." first (sftp; scp for a relative path), and every relative path needs it:
+    // asked of the container now, it is known by then.
+    void fs.home();
   }
 
   #whenIdle(fn: () => void): void {
