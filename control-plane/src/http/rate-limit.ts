@@ -27,8 +27,7 @@ asked. One boost at a time: asking while one is active answers 409 BOOST_ALREADY
 **Across replicas.** Counters live in PostgreSQL and every control-plane process counts locally, adding
 its counts to the shared counter in one statement every second. A process syncs before deciding on a counter
 it has not synced for 5 s, and never holds more than A = max(1, floor(limit/100)) requests the database has not
-confirmed; once half of A is waiting it starts a sync in the background, so a steady stream of requests rarely
-waits for one. One process counts exactly; N processes may together admit at most N*A - 1 requests above a limit in
+confirmed. One process counts exactly; N processes may together admit at most N*A - 1 requests above a limit in
 a window (about N% of it). @fastify/rate-limit was not used: its store is asked on every request, counts refused
 requests, applies one limit per route, and reports the reset as seconds rather than a Unix time.`;
 

@@ -89,8 +89,6 @@ export class SharedCounterLimiter {
   private readonly purgeIntervalMs: number;
   private logger: BackgroundLogger;
   private degradedUntil = 0;
-  /** A sync started early by the request path is running (so it starts no second one). */
-  private syncingAhead = false;
   private timers: NodeJS.Timeout[] = [];
   /** Adds every pending delta to the store and refreshes recently used counters; calls share runs. */
   readonly sync: () => Promise<void>;
@@ -147,7 +145,6 @@ export class SharedCounterLimiter {
     const counters: Counter[] = new Array(checks.length);
     let refusedBy = -1;
     let mustSync = false;
-    let syncSoon = false;
     for (let i = 0; i < checks.length; i++) {
       const check = checks[i]!;
       const counter = this.counterFor(check, now);
@@ -155,17 +152,16 @@ export class SharedCounterLimiter {
       counter.touchedAt = now;
       const cap = priority ? check.limit + priorityReserve(check.limit) : check.limit;
       const unconfirmed = counter.pending + counter.inflight;
-      const allowance = unconfirmedAllowance(check.limit);
       if (counter.synced + unconfirmed >= cap) {
         if (refusedBy === -1 || counter.expiresAt > counters[refusedBy]!.expiresAt) refusedBy = i;
-      } else if (now - counter.syncedAt > this.staleAfterMs || unconfirmed >= allowance) {
+      } else if (
+        now - counter.syncedAt > this.staleAfterMs ||
+        unconfirmed >= unconfirmedAllowance(check.limit)
+      ) {
         mustSync = true;
-      } else if (allowance > 1 && counter.pending >= allowance >> 1) {
-        syncSoon = true;
       }
     }
     if (refusedBy === -1 && mustSync && now >= this.degradedUntil) return null;
-    if (syncSoon) this.syncAhead();
     const counts: number[] = new Array(checks.length);
     const resetsAt: number[] = new Array(checks.length);
     for (let i = 0; i < counters.length; i++) {
@@ -220,19 +216,6 @@ export class SharedCounterLimiter {
     }
     this.current.set(check.bucket, counter);
     return counter;
-  }
-
-  /**
-   * Starts a sync without waiting for it once a counter holds half its allowance unconfirmed, so that
-   * under a steady rate the confirmation usually lands before a request would have to wait for it: a
-   * busy account's requests then never pay a database round trip on their path.
-   */
-  private syncAhead(): void {
-    if (this.syncingAhead || this.clock.now().getTime() < this.degradedUntil) return;
-    this.syncingAhead = true;
-    void this.syncQuietly().finally(() => {
-      this.syncingAhead = false;
-    });
   }
 
   private async syncQuietly(): Promise<void> {
