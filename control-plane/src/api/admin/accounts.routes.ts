@@ -1,6 +1,7 @@
 import { ApiError, newId } from '@anvil/shared';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { type Static, Type } from '@sinclair/typebox';
+import { checkEmail } from '../../accounts/validation.ts';
 import type { AppContext } from '../../context.ts';
 import type { Account, Prisma } from '../../db/generated/client.ts';
 import { flatErrors } from '../../http/error-body.ts';
@@ -147,13 +148,15 @@ export const adminAccountRoutes: FastifyPluginAsyncTypebox<{ context: AppContext
       const principal = request.principal!;
       const operator = await prisma.user.findUnique({ where: { id: principal.userId } });
       const body = request.body;
+      // Refused before anything is written, as team invitations check it.
+      const ownerEmail = checkEmail(body.ownerEmail);
       const account = await prisma.account.create({
         data: { id: newId('acc'), name: body.name.trim(), tier: body.tier ?? 'free', operator: false },
       });
       try {
         const invited = await context.accounts.invitations.inviteOwner({
           accountId: account.id,
-          email: body.ownerEmail,
+          email: ownerEmail,
           expiresIn: body.expiresIn,
           message: body.message,
           invitedBy: {
@@ -165,7 +168,7 @@ export const adminAccountRoutes: FastifyPluginAsyncTypebox<{ context: AppContext
         const [view] = await withCounts([account]);
         return reply.code(201).send({ account: view!, ...invited });
       } catch (error) {
-        // A refused owner e-mail leaves no ownerless account behind.
+        // A failed invitation leaves no ownerless account behind.
         await prisma.account.delete({ where: { id: account.id } }).catch(() => {});
         throw error;
       }

@@ -109,7 +109,7 @@ describe('operators manage accounts: /v2/admin/accounts', () => {
     const before = await count();
     const cases: [Record<string, unknown>, string][] = [
       [{ name: 'No owner' }, 'VALIDATION_ERROR'],
-      // The owner invitation checks the address as team invitations do, after the account was made.
+      // The owner's address is checked as team invitations check it.
       [{ name: 'Bad email', ownerEmail: 'not-an-email' }, 'INVALID_EMAIL'],
       [{ name: 'Bad tier', ownerEmail: 'a@b.example', tier: 'gold' }, 'VALIDATION_ERROR'],
       [{ name: '', ownerEmail: 'a@b.example' }, 'VALIDATION_ERROR'],
