@@ -3,9 +3,11 @@
 // same run: scp in its default SFTP mode and with -O (the SCP protocol). Printed, never asserted.
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import ssh2 from 'ssh2';
 import { dockerAvailable, testDocker } from '../test/fixtures/images/docker.ts';
 import {
   clientOptions,
@@ -20,32 +22,64 @@ import {
 const SIZE_MB = Number(process.env['ANVIL_BENCH_SCP_MB'] ?? 64);
 const RUNS = Number(process.env['ANVIL_BENCH_SCP_RUNS'] ?? 3);
 /**
- * Which transfers to measure (all by default): upload, download, upload-O, download-O, and small (a
- * one-byte download: the fixed cost of a session, in ms). One alone, e.g. to profile it.
+ * Which transfers to measure (all by default): upload, download, upload-O, download-O, small (a
+ * one-byte download: the fixed cost of a session, in ms), and transport (`ssh host cat` of the file
+ * from sshd against an ssh2 server sending the same bytes from memory: the most any ssh2-based relay
+ * can deliver here, with no container, tunnel or SFTP in the way). One alone, e.g. to profile it.
  */
 const PARTS = new Set(
-  (process.env['ANVIL_BENCH_SCP_PARTS'] ?? 'upload,download,upload-O,download-O,small')
+  (process.env['ANVIL_BENCH_SCP_PARTS'] ?? 'upload,download,upload-O,download-O,small,transport')
     .split(',')
     .map((p) => p.trim()),
 );
 
-async function timed(args: string[]): Promise<number> {
+async function timed(args: string[], tool = 'scp'): Promise<number> {
   const started = process.hrtime.bigint();
-  const run = await runTool('scp', args, undefined, 600_000);
-  if (run.code !== 0) throw new Error(`scp failed (${run.code}): ${run.stderr}`);
+  const run = await runTool(tool, args, undefined, 600_000);
+  if (run.code !== 0) throw new Error(`${tool} failed (${run.code}): ${run.stderr}`);
   return Number(process.hrtime.bigint() - started) / 1e9;
+}
+
+/**
+ * An ssh2 server (the library the relay is built on) that answers any exec by sending `bytes` from
+ * memory, with the same host key type and client as the other figures. Closed by the caller.
+ */
+async function memoryServer(hostKey: string, bytes: number): Promise<{ port: number; close(): void }> {
+  const block = Buffer.alloc(256 * 1024, 0x5a);
+  const server = new ssh2.Server({ hostKeys: [readFileSync(hostKey)] }, (client) => {
+    client.on('authentication', (context) => context.accept());
+    client.on('session', (acceptSession) => {
+      acceptSession().on('exec', (acceptExec) => {
+        const channel = acceptExec();
+        let sent = 0;
+        const pump = () => {
+          while (sent < bytes) {
+            const piece = block.subarray(0, Math.min(block.length, bytes - sent));
+            sent += piece.length;
+            if (!channel.write(piece)) return void channel.once('drain', pump);
+          }
+          channel.exit(0);
+          channel.end();
+        };
+        pump();
+      });
+    });
+    client.on('error', () => {});
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { port: (server.address() as AddressInfo).port, close: () => server.close() };
 }
 
 /**
  * The fastest of RUNS through the relay and through sshd, in seconds, their runs interleaved so that
  * both meet the same machine (other work on it shifts both alike).
  */
-async function fastestOfEach(relay: string[], direct: string[]): Promise<[number, number]> {
+async function fastestOfEach(relay: string[], direct: string[], tool = 'scp'): Promise<[number, number]> {
   let relayFastest = Number.POSITIVE_INFINITY;
   let directFastest = Number.POSITIVE_INFINITY;
   for (let i = 0; i < RUNS; i++) {
-    relayFastest = Math.min(relayFastest, await timed(relay));
-    directFastest = Math.min(directFastest, await timed(direct));
+    relayFastest = Math.min(relayFastest, await timed(relay, tool));
+    directFastest = Math.min(directFastest, await timed(direct, tool));
   }
   return [relayFastest, directFastest];
 }
@@ -154,6 +188,25 @@ export async function runSshScpBench(): Promise<void> {
       );
       small = [relay * 1000, direct * 1000];
     }
+    let transport: [number, number] | null = null;
+    if (PARTS.has('transport')) {
+      const memory = await memoryServer(hostKey.path, SIZE_MB * 1024 * 1024);
+      try {
+        // Both outputs go to /dev/null through the shell, so neither side pays for a pipe into this process.
+        const sshCat = (port: number, target: string, command: string) => [
+          '-c',
+          `exec ssh -p ${port} ${clientOptions(key).join(' ')} ${target} ${command} >/dev/null`,
+        ];
+        const [relaySeconds, directSeconds] = await fastestOfEach(
+          sshCat(memory.port, 'bench@127.0.0.1', 'send'),
+          sshCat(sshdPort, sshdTarget, `cat ${file}`),
+          'sh',
+        );
+        transport = [SIZE_MB / relaySeconds, SIZE_MB / directSeconds];
+      } finally {
+        memory.close();
+      }
+    }
     const scpMode = PARTS.has('upload-O') || PARTS.has('download-O') ? await figures(['-O'], '-O') : null;
 
     const line = (what: string, relay: number, direct: number) =>
@@ -170,6 +223,11 @@ export async function runSshScpBench(): Promise<void> {
     if (scpMode) {
       process.stdout.write(line('upload -O', scpMode.up, scpMode.directUp));
       process.stdout.write(line('download -O', scpMode.down, scpMode.directDown));
+    }
+    if (transport) {
+      process.stdout.write(
+        `  ${'transport'.padEnd(13)} ssh2 ${transport[0].toFixed(1).padStart(8)} MB/s   sshd ${transport[1].toFixed(1).padStart(7)} MB/s   ratio ${(transport[0] / transport[1]).toFixed(2)}  (ssh cat: an ssh2 server sending from memory, the ceiling of an ssh2 relay)\n`,
+      );
     }
     if (small) {
       process.stdout.write(
