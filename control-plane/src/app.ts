@@ -15,6 +15,8 @@ import { clusterTelemetryRoutes } from './api/cluster-telemetry/routes.ts';
 import { clusterRoutes } from './api/clusters/routes.ts';
 import { datasetRoutes } from './api/datasets/routes.ts';
 import { datasetUploadRoutes } from './api/datasets/upload.routes.ts';
+import { executionRoutes } from './api/endpoints/execution.routes.ts';
+import { endpointRoutes } from './api/endpoints/routes.ts';
 import { healthRoutes } from './api/health/routes.ts';
 import { proxyRoutes } from './api/proxy/routes.ts';
 import { secretRoutes } from './api/secrets/routes.ts';
@@ -107,6 +109,8 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(terminalRoutes, { context });
   await app.register(datasetRoutes, { context });
   await app.register(datasetUploadRoutes, { context });
+  await app.register(endpointRoutes, { context });
+  await app.register(executionRoutes, { context });
 
   return app;
 }

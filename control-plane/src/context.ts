@@ -9,6 +9,7 @@ import { type Clusters, createClusters } from './clusters/index.ts';
 import type { Config } from './config.ts';
 import { createDatasets, type Datasets } from './datasets/index.ts';
 import type { Database } from './db/index.ts';
+import { createEndpoints, type Endpoints } from './endpoints/index.ts';
 import { createFleet, type Fleet } from './hosts/fleet.ts';
 import { ProxyService, proxyViewPart } from './proxy/service.ts';
 import { RateLimitService } from './ratelimit/service.ts';
@@ -52,6 +53,8 @@ export interface AppContext {
   clusterTelemetry: ClusterTelemetry;
   /** Training datasets: stored bytes, upload tokens, multipart uploads, the processing pass. */
   datasets: Datasets;
+  /** Serverless endpoints: workers placed on GPU hosts, the durable job queue, its dispatcher, health. */
+  endpoints: Endpoints;
   /** False once shutdown has begun: /readyz then answers 503 so load balancers drain this process. */
   ready: boolean;
   start(): Promise<void>;
@@ -128,6 +131,16 @@ export function createContext(
     metrics: metricsViewPart(clusterTelemetry.metrics),
   });
   const datasets = createDatasets({ config, db, clock, logger: logger.child({ component: 'datasets' }) });
+  const endpoints = createEndpoints({
+    db,
+    clock,
+    fleet,
+    accounts,
+    templates,
+    syncCapacity: () => clusters.allocator.sync(),
+    publicUrl: config.publicUrl,
+    allowPrivateWebhooks: config.outboundAllowPrivate,
+  });
   const context: AppContext = {
     config,
     db,
@@ -153,6 +166,7 @@ export function createContext(
       logger: logger.child({ component: 'terminal' }),
     }),
     datasets,
+    endpoints,
     ready: false,
     async start() {
       await keys.start();
@@ -168,12 +182,15 @@ export function createContext(
       await clusters.start();
       clusterTelemetry.start();
       await datasets.start();
+      endpoints.useLogger(logger.child({ component: 'endpoints' }));
+      await endpoints.start();
       context.ready = true;
     },
     async stop() {
       await usage.stop();
       context.ready = false;
       await datasets.stop();
+      await endpoints.stop();
       context.terminal.closeAll();
       await context.ssh.close();
       await clusters.stop();

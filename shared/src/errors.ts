@@ -90,6 +90,16 @@ export const ERROR_STATUS = {
   DATASET_IN_USE: 409,
   /** Not in the spec: the dataset URL of the short form could not be fetched. */
   FETCH_FAILED: 502,
+  // Serverless endpoints (compute spec: Errors; unnumbered statuses chosen as the field does).
+  INVALID_CONFIGURATION: 400,
+  ENDPOINT_NOT_FOUND: 404,
+  ENDPOINT_BUSY: 409,
+  HEALTH_CHECK_TIMEOUT: 408,
+  HEALTH_CHECK_FAILED: 503,
+  /** Not in the spec: an unknown job id, one of another endpoint, or one past its ttl. */
+  JOB_NOT_FOUND: 404,
+  /** Not in the spec: retrying a job that is not FAILED or TIMED_OUT (RunPod retries only those). */
+  JOB_NOT_RETRYABLE: 409,
   PAYLOAD_TOO_LARGE: 413,
   /** Not in the spec: a plain GET on a WebSocket-only endpoint (the web terminal). */
   UPGRADE_REQUIRED: 426,

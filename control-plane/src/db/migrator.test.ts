@@ -831,6 +831,102 @@ describe('migrator', () => {
           }),
         ];
       },
+      Endpoint: async () => {
+        const data = {
+          id: 'ep_fixture',
+          accountId,
+          ownerId: userId,
+          name: 'llm',
+          status: 'updating',
+          statusReason: 'replacing workers',
+          templateId: 'tmpl_x',
+          dockerImage: 'img:1',
+          command: ['sh', '-c', 'serve'],
+          workerPort: 9000,
+          gpuType: 'H100',
+          gpuCount: 2,
+          workerCount: 3,
+          maxConcurrency: 4,
+          timeoutSeconds: 120,
+          env: { A: 'b' },
+          autoScaling: { enabled: true, minWorkers: 0, maxWorkers: 5 },
+          configVersion: 2,
+          targetWorkers: 3,
+          scaleState: { lastScaleUpAt: 1 },
+          createdAt: at,
+          updatedAt: at,
+          deletedAt: at,
+        };
+        await prisma.endpoint.create({ data });
+        return [data, await prisma.endpoint.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      EndpointWorker: async () => {
+        const data = {
+          id: 'wl_fixture_worker',
+          endpointId: 'ep_fixture',
+          accountId,
+          hostId: 'host_x',
+          gpuIndices: [0, 3],
+          configVersion: 2,
+          status: 'ready',
+          statusReason: 'r',
+          probeFailures: 1,
+          lastProbeAt: at,
+          lastProbeMs: 12,
+          lastProbeError: 'e',
+          createdAt: at,
+          readyAt: at,
+          stoppedAt: at,
+          updatedAt: at,
+        };
+        await prisma.endpointWorker.create({ data });
+        return [data, await prisma.endpointWorker.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      EndpointJob: async () => {
+        const data = {
+          id: 'job-fixture',
+          endpointId: 'ep_fixture',
+          accountId,
+          userId,
+          keyId: 'key_x',
+          status: 'COMPLETED',
+          input: { prompt: 'hi' },
+          output: { text: 'hello' },
+          error: null,
+          executionTimeoutMs: 60_000,
+          ttlMs: 86_400_000n,
+          expiresAt: at,
+          workerId: 'wl_fixture_worker',
+          attempts: 1,
+          retries: 2,
+          leaseUntil: at,
+          dispatchedBy: 'epd_x',
+          streamCount: 3,
+          streamRead: 1,
+          webhook: 'https://example.com/h',
+          webhookStatus: 'sent',
+          webhookAttempts: 1,
+          webhookNextAt: at,
+          webhookError: null,
+          queuedAt: at,
+          startedAt: at,
+          completedAt: at,
+          createdAt: at,
+          updatedAt: at,
+        };
+        await prisma.endpointJob.create({ data });
+        return [data, await prisma.endpointJob.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      EndpointJobChunk: async () => {
+        const data = { jobId: 'job-fixture', seq: 1, output: 'part', createdAt: at };
+        await prisma.endpointJobChunk.create({ data });
+        return [
+          data,
+          await prisma.endpointJobChunk.findUniqueOrThrow({
+            where: { jobId_seq: { jobId: 'job-fixture', seq: 1 } },
+          }),
+        ];
+      },
     };
     const models = Object.values(Prisma.ModelName).sort();
     const covered = Object.keys(fixtures).sort();

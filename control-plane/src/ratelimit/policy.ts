@@ -56,11 +56,14 @@ export interface EndpointRule {
 /** `/x/*` in the spec covers the collection itself and everything below it. */
 const under = (root: string) => new RegExp(`^/${root}(?:/.*)?$`);
 const exactly = (path: string) => new RegExp(`^${path}$`);
+/** The execution API's first segment: an endpoint id, or the route pattern's parameter. */
+const EXECUTION_ID = '(?::endpoint_id|ep_[a-z0-9]+)';
 
 /**
  * Spec: Endpoint-specific limits (per hour). The order matters only for readability: a request matches at
  * most one rule because methods and paths do not overlap. Serverless execution under RunPod-style paths
- * (/v2/<endpoint_id>/run) will get its rule when those routes land.
+ * (/v2/<endpoint_id>/run and /runsync) counts against the execute rule, and its GET routes
+ * (/v2/<endpoint_id>/status, /stream, /health) against the rule of GETs under /endpoints.
  */
 export const ENDPOINT_RULES: readonly EndpointRule[] = [
   { operation: 'GET /accounts/*', methods: ['GET', 'HEAD'], path: under('accounts'), limit: 500 },
@@ -71,12 +74,17 @@ export const ENDPOINT_RULES: readonly EndpointRule[] = [
   { operation: 'POST /clusters', methods: ['POST'], path: exactly('/clusters'), limit: 20 },
   { operation: 'PUT /clusters/*', methods: ['PUT', 'PATCH'], path: under('clusters'), limit: 100 },
   { operation: 'DELETE /clusters/*', methods: ['DELETE'], path: under('clusters'), limit: 20 },
-  { operation: 'GET /endpoints/*', methods: ['GET', 'HEAD'], path: under('endpoints'), limit: 1_000 },
+  {
+    operation: 'GET /endpoints/*',
+    methods: ['GET', 'HEAD'],
+    path: new RegExp(`^/(?:endpoints(?:/.*)?|${EXECUTION_ID}/.+)$`),
+    limit: 1_000,
+  },
   { operation: 'POST /endpoints', methods: ['POST'], path: exactly('/endpoints'), limit: 50 },
   {
     operation: 'POST /endpoints/*/execute',
     methods: ['POST'],
-    path: /^\/endpoints\/[^/]+\/execute$/,
+    path: new RegExp(`^/(?:endpoints/[^/]+/execute|${EXECUTION_ID}/(?:run|runsync))$`),
     limit: 500,
   },
   { operation: 'POST /ai/chat', methods: ['POST'], path: exactly('/ai/chat'), limit: 200 },

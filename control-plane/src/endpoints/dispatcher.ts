@@ -1,0 +1,258 @@
+import { randomBase36 } from '@anvil/shared';
+import type { Logger } from 'pino';
+import type { Clock } from '../auth/clock.ts';
+import type { EndpointJob } from '../db/generated/client.ts';
+import type { Database } from '../db/index.ts';
+import type { JobQueue } from './jobs.ts';
+import { type RunAnswer, type WorkerClient, WorkerUnreachable } from './worker-client.ts';
+
+export interface DispatcherOptions {
+  /** How long a claimed job stays this replica's without a renewal. */
+  leaseMs?: number;
+  /** How often leases are renewed (and cancels made on other replicas noticed). */
+  renewMs?: number;
+  /** Pass interval when nothing was dispatched. */
+  idleMs?: number;
+}
+
+interface Running {
+  job: EndpointJob;
+  abort: AbortController;
+}
+
+type Stop = { stop: 'timeout' | 'cancelled' | 'shutdown' };
+
+/** How long a worker that could not be reached gets no job. */
+const TROUBLE_BACKOFF_MS = 2_000;
+
+/** Told when a job reaches a final status on this replica (runsync waiters, webhooks). */
+export type JobListener = (jobId: string) => void;
+
+/**
+ * Takes queued jobs to workers with free slots (pull semantics: a job leaves the queue only when a
+ * worker can run it at once) and records their answers. Every replica runs one; they share the queue
+ * through the database (JobQueue.claim), each holding leases on the jobs it runs. A replica that stops
+ * gives its running jobs back to the queue; one that dies loses its leases, and the jobs are queued
+ * again when they run out (delivery is at least once, as RunPod's).
+ */
+export class Dispatcher {
+  readonly replicaId = `epd_${randomBase36(12)}`;
+  readonly #running = new Map<string, Running>();
+  readonly #listeners = new Set<JobListener>();
+  /** Workers that could not be reached, and until when no job is sent to them (the supervisor checks them). */
+  readonly #troubled = new Map<string, number>();
+  #timer: NodeJS.Timeout | null = null;
+  #renewTimer: NodeJS.Timeout | null = null;
+  #passing: Promise<void> | null = null;
+  #kicked = false;
+  #started = false;
+  readonly #leaseMs: number;
+  readonly #renewMs: number;
+  readonly #idleMs: number;
+
+  constructor(
+    private readonly d: {
+      db: Database;
+      clock: Clock;
+      jobs: JobQueue;
+      client: WorkerClient;
+      logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
+      /** A worker failed to take a job (connection refused, tunnel failed): the supervisor probes it. */
+      onWorkerTrouble?: (workerId: string, error: string) => void;
+    },
+    options: DispatcherOptions = {},
+  ) {
+    this.#leaseMs = options.leaseMs ?? 15_000;
+    this.#renewMs = options.renewMs ?? 2_000;
+    this.#idleMs = options.idleMs ?? 250;
+  }
+
+  onFinished(listener: JobListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  start(): void {
+    if (this.#started) return;
+    this.#started = true;
+    this.#schedule(0);
+    this.#renewTimer = setInterval(() => void this.#renew(), this.#renewMs);
+    this.#renewTimer.unref();
+  }
+
+  /** Stops taking jobs, aborts those running here and queues them again. */
+  async stop(): Promise<void> {
+    this.#started = false;
+    if (this.#timer) clearTimeout(this.#timer);
+    if (this.#renewTimer) clearInterval(this.#renewTimer);
+    await this.#passing;
+    for (const running of this.#running.values()) running.abort.abort({ stop: 'shutdown' } satisfies Stop);
+    const released = await this.d.jobs.releaseReplica(this.replicaId).catch(() => 0);
+    if (released > 0)
+      this.d.logger().info({ jobs: released }, 'running endpoint jobs queued again for shutdown');
+  }
+
+  /** A job was queued or a worker became ready: look for work now. */
+  kick(): void {
+    this.#kicked = true;
+    if (this.#started && !this.#passing) this.#schedule(0);
+  }
+
+  /** Cancelled through this replica: stop its request at once (other replicas notice at the next renewal). */
+  abort(jobId: string): void {
+    this.#running.get(jobId)?.abort.abort({ stop: 'cancelled' } satisfies Stop);
+  }
+
+  get runningCount(): number {
+    return this.#running.size;
+  }
+
+  #schedule(ms: number): void {
+    if (!this.#started) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.#kicked = false;
+      this.#passing = this.pass()
+        .catch((error: unknown) => {
+          this.d.logger().error({ err: error }, 'endpoint dispatcher pass failed');
+          return 0;
+        })
+        .then((dispatched) => this.#schedule(this.#kicked || dispatched > 0 ? 0 : this.#idleMs))
+        .finally(() => {
+          this.#passing = null;
+        });
+    }, ms);
+    this.#timer.unref();
+  }
+
+  /** One pass: claim jobs for every ready worker with a free slot and a queue; returns how many started. */
+  async pass(): Promise<number> {
+    const workers = await this.d.db.sql.query<{
+      id: string;
+      endpoint_id: string;
+      max_concurrency: number;
+      worker_port: number;
+      busy: number;
+    }>(
+      `SELECT w.id, w.endpoint_id, e.max_concurrency, e.worker_port,
+              (SELECT count(*) FROM endpoint_jobs j WHERE j.worker_id = w.id AND j.status = 'IN_PROGRESS')::int AS busy
+         FROM endpoint_workers w JOIN endpoints e ON e.id = w.endpoint_id JOIN hosts h ON h.id = w.host_id
+        WHERE w.status = 'ready' AND e.deleted_at IS NULL
+          -- A worker is reached through its agent: none while the agent is not connected.
+          AND h.state = 'ready' AND h.connected_replica_id IS NOT NULL
+          AND EXISTS (SELECT 1 FROM endpoint_jobs q WHERE q.endpoint_id = w.endpoint_id AND q.status = 'IN_QUEUE')
+        ORDER BY w.endpoint_id, 5, w.ready_at, w.id`,
+    );
+    let dispatched = 0;
+    const now = Date.now();
+    for (const w of workers) {
+      if (w.busy >= w.max_concurrency) continue;
+      if ((this.#troubled.get(w.id) ?? 0) > now) continue;
+      const jobs = await this.d.jobs.claim(
+        { id: w.id, endpointId: w.endpoint_id, maxConcurrency: w.max_concurrency },
+        this.replicaId,
+        this.#leaseMs,
+      );
+      for (const job of jobs) {
+        dispatched += 1;
+        this.#run(job, w.id, w.worker_port);
+      }
+    }
+    return dispatched;
+  }
+
+  #run(job: EndpointJob, workerId: string, port: number): void {
+    const abort = new AbortController();
+    this.#running.set(job.id, { job, abort });
+    const timer = setTimeout(() => abort.abort({ stop: 'timeout' } satisfies Stop), job.executionTimeoutMs);
+    timer.unref();
+    void this.#execute(job, workerId, port, abort.signal)
+      .catch((error: unknown) =>
+        this.d
+          .logger()
+          .error({ err: error, job_id: job.id, worker_id: workerId }, 'endpoint job dispatch failed'),
+      )
+      .finally(() => {
+        clearTimeout(timer);
+        this.#running.delete(job.id);
+        this.kick();
+      });
+  }
+
+  async #execute(job: EndpointJob, workerId: string, port: number, signal: AbortSignal): Promise<void> {
+    const log = this.d.logger();
+    let answer: RunAnswer;
+    try {
+      answer = await this.d.client.run(
+        workerId,
+        port,
+        { id: job.id, input: job.input },
+        {
+          signal,
+          onChunk: async (output) => {
+            await this.d.jobs.appendChunk(job.id, output);
+          },
+        },
+      );
+    } catch (error) {
+      const stop = (signal.reason as Stop | undefined)?.stop;
+      if (signal.aborted && stop === 'timeout') {
+        const done = await this.d.jobs.finish(job.id, workerId, {
+          status: 'TIMED_OUT',
+          error: `execution timeout of ${job.executionTimeoutMs} ms passed`,
+        });
+        if (done) this.#finished(job.id);
+        log.info({ job_id: job.id, worker_id: workerId }, 'endpoint job timed out');
+        return;
+      }
+      // Cancelled (the row says so already) or shutting down (stop() queues it again).
+      if (signal.aborted) return;
+      const message = (error as Error).message;
+      const sent = error instanceof WorkerUnreachable && error.sent;
+      this.#troubled.set(workerId, Date.now() + TROUBLE_BACKOFF_MS);
+      this.d.onWorkerTrouble?.(workerId, message);
+      // A request that never reached the worker does not count as an attempt.
+      const status = await this.d.jobs.requeue(job.id, message, workerId, sent);
+      if (status === 'FAILED') this.#finished(job.id);
+      log.warn(
+        { job_id: job.id, worker_id: workerId, sent, err: message },
+        'endpoint worker did not answer: job queued again',
+      );
+      return;
+    }
+    const outcome =
+      answer.kind === 'output'
+        ? { status: 'COMPLETED' as const, output: answer.output }
+        : answer.kind === 'error'
+          ? { status: 'FAILED' as const, error: answer.error }
+          : answer.error !== null
+            ? { status: 'FAILED' as const, error: answer.error, output: answer.outputs }
+            : { status: 'COMPLETED' as const, output: answer.outputs };
+    const done = await this.d.jobs.finish(job.id, workerId, outcome);
+    if (done) this.#finished(job.id);
+  }
+
+  #finished(jobId: string): void {
+    for (const listener of this.#listeners) listener(jobId);
+  }
+
+  /** A job reached a final status outside a dispatch here (ttl expiry): its waiters are told. */
+  notifyFinished(jobId: string): void {
+    this.#finished(jobId);
+  }
+
+  /** Renews the leases of the jobs running here; aborts those that moved on (cancelled elsewhere, ttl). */
+  async #renew(): Promise<void> {
+    const ids = [...this.#running.keys()];
+    if (ids.length === 0) return;
+    try {
+      const kept = await this.d.jobs.renew(ids, this.replicaId, this.#leaseMs);
+      for (const id of ids) {
+        if (!kept.has(id)) this.#running.get(id)?.abort.abort({ stop: 'cancelled' } satisfies Stop);
+      }
+    } catch (error) {
+      this.d.logger().error({ err: error }, 'endpoint job lease renewal failed');
+    }
+  }
+}

@@ -1,0 +1,140 @@
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { Logger } from 'pino';
+import type { Clock } from '../auth/clock.ts';
+import type { Database } from '../db/index.ts';
+import { privateAddressGuard } from '../util/outbound-guard.ts';
+import type { JobQueue } from './jobs.ts';
+import { viewJob } from './view.ts';
+
+/** Webhook attempts: at once, then 10 s and 60 s later (RunPod retries twice, 10 s apart). */
+export const WEBHOOK_DELAYS_MS = [10_000, 60_000];
+const WEBHOOK_TIMEOUT_MS = 10_000;
+/** A delivery claimed by a replica is its own for this long (then another may try). */
+const WEBHOOK_CLAIM_MS = 30_000;
+const PRUNE_EVERY_MS = 10 * 60_000;
+
+/**
+ * The queue's housekeeping, run by every replica (each statement is safe with several): leases that ran
+ * out (the replica running the job died) and ttls that passed, the jobs' webhooks, and pruning.
+ */
+export class QueueMaintenance {
+  #timer: NodeJS.Timeout | null = null;
+  #running: Promise<void> | null = null;
+  #lastPrune = 0;
+
+  constructor(
+    private readonly d: {
+      db: Database;
+      clock: Clock;
+      jobs: JobQueue;
+      allowPrivate: boolean;
+      /** Jobs that reached a final status here (ttl): runsync waiters are told. */
+      finished: (jobId: string) => void;
+      requeued: () => void;
+      logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
+    },
+    private readonly intervalMs = 1_000,
+  ) {}
+
+  start(): void {
+    this.#timer = setInterval(() => {
+      this.#running ??= this.tick()
+        .catch((error: unknown) => this.d.logger().error({ err: error }, 'endpoint queue maintenance failed'))
+        .finally(() => {
+          this.#running = null;
+        });
+    }, this.intervalMs);
+    this.#timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = null;
+    await this.#running;
+  }
+
+  async tick(): Promise<void> {
+    const requeued = await this.d.jobs.expireLeases();
+    if (requeued > 0) {
+      this.d.logger().warn({ jobs: requeued }, 'endpoint jobs whose lease ran out queued again');
+      this.d.requeued();
+    }
+    for (const id of await this.d.jobs.expireTtl()) this.d.finished(id);
+    await this.deliverWebhooks();
+    const now = this.d.clock.now().getTime();
+    if (now - this.#lastPrune >= PRUNE_EVERY_MS) {
+      this.#lastPrune = now;
+      await this.d.jobs.prune();
+    }
+  }
+
+  /** Claims due deliveries (SKIP LOCKED, pushed into the future while in flight) and sends them. */
+  async deliverWebhooks(): Promise<void> {
+    const now = this.d.clock.now();
+    const claimed = await this.d.db.sql.query<{ id: string }>(
+      `UPDATE endpoint_jobs SET webhook_next_at = $2
+        WHERE id IN (SELECT id FROM endpoint_jobs WHERE webhook_status = 'pending' AND webhook_next_at <= $1
+                      ORDER BY webhook_next_at LIMIT 20 FOR UPDATE SKIP LOCKED)
+        RETURNING id`,
+      [now, new Date(now.getTime() + WEBHOOK_CLAIM_MS)],
+    );
+    await Promise.all(claimed.map(({ id }) => this.#deliver(id)));
+  }
+
+  async #deliver(jobId: string): Promise<void> {
+    const job = await this.d.jobs.get(jobId);
+    if (!job?.webhook) return;
+    const body = JSON.stringify({ ...viewJob(job, this.d.clock.now()), endpointId: job.endpointId });
+    let error: string | null = null;
+    try {
+      const status = await post(job.webhook, body, this.d.allowPrivate);
+      if (status < 200 || status >= 300) error = `answered ${status}`;
+    } catch (e) {
+      error = (e as Error).message;
+    }
+    const attempts = job.webhookAttempts + 1;
+    const delay = WEBHOOK_DELAYS_MS[attempts - 1];
+    const status = error === null ? 'sent' : delay === undefined ? 'failed' : 'pending';
+    const now = this.d.clock.now();
+    await this.d.db.prisma.endpointJob.updateMany({
+      where: { id: jobId, webhookStatus: 'pending' },
+      data: {
+        webhookStatus: status,
+        webhookAttempts: attempts,
+        webhookError: error,
+        webhookNextAt: status === 'pending' ? new Date(now.getTime() + (delay ?? 0)) : null,
+      },
+    });
+    if (error !== null)
+      this.d.logger().warn({ job_id: jobId, attempts, err: error, status }, 'endpoint job webhook failed');
+  }
+}
+
+/** POSTs JSON; private targets refused after DNS (the SSRF guard) unless allowed. Resolves to the status. */
+function post(url: string, body: string, allowPrivate: boolean): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const target = new URL(url);
+    const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req = send(
+      target,
+      {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(body),
+          'user-agent': 'anvil-webhook',
+        },
+        lookup: privateAddressGuard(allowPrivate) as never,
+        timeout: WEBHOOK_TIMEOUT_MS,
+      },
+      (response) => {
+        response.resume();
+        resolve(response.statusCode ?? 0);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`no answer within ${WEBHOOK_TIMEOUT_MS} ms`)));
+    req.on('error', reject);
+    req.end(body);
+  });
+}

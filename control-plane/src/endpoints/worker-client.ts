@@ -1,0 +1,208 @@
+import { type IncomingMessage, request } from 'node:http';
+import type { Socket } from 'node:net';
+import { socketLike } from '../proxy/upstream.ts';
+import type { TunnelOpener } from '../tunnels/types.ts';
+
+/**
+ * The worker contract, control-plane side: HTTP/1.1 to the worker container's port, reached through the
+ * agent's reverse tunnel (as the HTTPS proxy reaches cluster ports: hosts behind NAT work and the
+ * container needs no credentials). `GET /health` answers 2xx when the worker can take jobs;
+ * `POST /run` with `{id, input}` answers `{output}` or `{error}` as JSON, or streams
+ * `application/x-ndjson` lines `{"output": <partial>}` (each one a stream chunk) ending with an optional
+ * `{"error": "..."}` line.
+ */
+
+/** The largest answer a worker may send (RunPod caps results at 20 MB too). */
+export const MAX_ANSWER_BYTES = 20 * 1024 * 1024;
+
+export type RunAnswer =
+  | { kind: 'output'; output: unknown }
+  | { kind: 'error'; error: string }
+  /** A streamed answer ended: the chunks were handed to onChunk as they came. */
+  | { kind: 'stream'; outputs: unknown[]; error: string | null };
+
+/** Why a call did not get an answer; `sent` says whether the request reached the worker. */
+export class WorkerUnreachable extends Error {
+  constructor(
+    message: string,
+    readonly sent: boolean,
+  ) {
+    super(message);
+    this.name = 'WorkerUnreachable';
+  }
+}
+
+interface CallOptions {
+  signal: AbortSignal;
+  onChunk?: (output: unknown) => Promise<void>;
+}
+
+export class WorkerClient {
+  constructor(private readonly tunnels: () => TunnelOpener) {}
+
+  /** GET /health: the status and how long it took, or the reason it failed. */
+  async probe(workerId: string, port: number, timeoutMs: number) {
+    const started = performance.now();
+    const signal = AbortSignal.timeout(timeoutMs);
+    try {
+      const response = await this.#call(workerId, port, 'GET', '/health', null, signal);
+      response.resume();
+      const ms = Math.round(performance.now() - started);
+      const status = response.statusCode ?? 0;
+      return status >= 200 && status < 300
+        ? { ok: true as const, ms, status }
+        : { ok: false as const, ms, error: `GET /health answered ${status}` };
+    } catch (error) {
+      const ms = Math.round(performance.now() - started);
+      return {
+        ok: false as const,
+        ms,
+        error: signal.aborted ? `timed out after ${timeoutMs} ms` : (error as Error).message,
+      };
+    }
+  }
+
+  /** POST /run {id, input}: the worker's answer. Throws WorkerUnreachable, or the signal's reason. */
+  async run(
+    workerId: string,
+    port: number,
+    job: { id: string; input: unknown },
+    options: CallOptions,
+  ): Promise<RunAnswer> {
+    const body = Buffer.from(JSON.stringify({ id: job.id, input: job.input ?? null }));
+    const response = await this.#call(workerId, port, 'POST', '/run', body, options.signal);
+    const status = response.statusCode ?? 0;
+    const type = String(response.headers['content-type'] ?? '');
+    if (status >= 200 && status < 300 && type.includes('ndjson')) return this.#readStream(response, options);
+    const text = await readAll(response, options.signal);
+    let parsed: unknown;
+    try {
+      parsed = text.length === 0 ? null : JSON.parse(text);
+    } catch {
+      return {
+        kind: 'error',
+        error: `worker answered ${status} with a body that is not JSON: ${excerpt(text)}`,
+      };
+    }
+    const record = parsed && typeof parsed === 'object' ? (parsed as Record<string, unknown>) : null;
+    if (record && typeof record['error'] === 'string' && record['error'] !== '') {
+      return { kind: 'error', error: record['error'] };
+    }
+    if (status < 200 || status >= 300)
+      return { kind: 'error', error: `worker answered ${status}: ${excerpt(text)}` };
+    if (!record || !('output' in record)) {
+      return { kind: 'error', error: 'worker answer has neither output nor error' };
+    }
+    return { kind: 'output', output: record['output'] };
+  }
+
+  async #readStream(response: IncomingMessage, options: CallOptions): Promise<RunAnswer> {
+    const outputs: unknown[] = [];
+    let error: string | null = null;
+    let pending = '';
+    let total = 0;
+    const take = async (line: string) => {
+      if (line.trim() === '') return;
+      let record: Record<string, unknown>;
+      try {
+        record = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        error = `stream line is not JSON: ${excerpt(line)}`;
+        return;
+      }
+      if (typeof record['error'] === 'string') error = record['error'];
+      else if ('output' in record) {
+        outputs.push(record['output']);
+        await options.onChunk?.(record['output']);
+      }
+    };
+    for await (const chunk of abortable(response, options.signal)) {
+      total += chunk.length;
+      if (total > MAX_ANSWER_BYTES) throw new WorkerUnreachable('worker answer exceeds 20 MB', true);
+      pending += chunk.toString('utf8');
+      let newline = pending.indexOf('\n');
+      while (newline !== -1) {
+        await take(pending.slice(0, newline));
+        pending = pending.slice(newline + 1);
+        newline = pending.indexOf('\n');
+      }
+    }
+    await take(pending);
+    return { kind: 'stream', outputs, error };
+  }
+
+  #call(
+    workerId: string,
+    port: number,
+    method: string,
+    path: string,
+    body: Buffer | null,
+    signal: AbortSignal,
+  ): Promise<IncomingMessage> {
+    return new Promise((resolve, reject) => {
+      let sent = false;
+      const fail = (error: Error) =>
+        reject(
+          signal.aborted
+            ? signal.reason
+            : error instanceof WorkerUnreachable
+              ? error
+              : new WorkerUnreachable(error.message, sent),
+        );
+      if (signal.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      this.tunnels()
+        .openStream(workerId, port, { signal })
+        .then((stream) => {
+          const req = request({
+            method,
+            path,
+            host: 'worker',
+            headers: {
+              'content-type': 'application/json',
+              connection: 'close',
+              ...(body ? { 'content-length': body.length } : {}),
+            },
+            createConnection: () => socketLike(stream) as unknown as Socket,
+            signal,
+          });
+          req.on('response', resolve);
+          req.on('error', fail);
+          req.on('finish', () => {
+            sent = true;
+          });
+          req.end(body ?? undefined);
+        }, fail);
+    });
+  }
+}
+
+async function* abortable(stream: IncomingMessage, signal: AbortSignal): AsyncGenerator<Buffer> {
+  const onAbort = () => stream.destroy(signal.reason as Error);
+  signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    for await (const chunk of stream) yield chunk as Buffer;
+  } catch (error) {
+    if (signal.aborted) throw signal.reason;
+    throw new WorkerUnreachable(`worker connection broke: ${(error as Error).message}`, true);
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+  }
+}
+
+async function readAll(stream: IncomingMessage, signal: AbortSignal): Promise<string> {
+  const parts: Buffer[] = [];
+  let total = 0;
+  for await (const chunk of abortable(stream, signal)) {
+    total += chunk.length;
+    if (total > MAX_ANSWER_BYTES) throw new WorkerUnreachable('worker answer exceeds 20 MB', true);
+    parts.push(chunk);
+  }
+  return Buffer.concat(parts).toString('utf8');
+}
+
+function excerpt(text: string): string {
+  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
+}
