@@ -15,11 +15,14 @@ import { clusterTelemetryRoutes } from './api/cluster-telemetry/routes.ts';
 import { clusterRoutes } from './api/clusters/routes.ts';
 import { datasetRoutes } from './api/datasets/routes.ts';
 import { datasetUploadRoutes } from './api/datasets/upload.routes.ts';
+import { experimentRoutes } from './api/experiments/routes.ts';
 import { healthRoutes } from './api/health/routes.ts';
 import { proxyRoutes } from './api/proxy/routes.ts';
 import { secretRoutes } from './api/secrets/routes.ts';
 import { templateRoutes } from './api/templates/routes.ts';
 import { terminalRoutes } from './api/terminal/routes.ts';
+import { trainingJobRoutes } from './api/training-jobs/routes.ts';
+import { tuningRoutes } from './api/training-jobs/tune.routes.ts';
 import { usageRoutes } from './api/usage/routes.ts';
 import type { AppContext } from './context.ts';
 import { dashboardRoutes } from './dashboard/routes.ts';
@@ -107,6 +110,9 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(terminalRoutes, { context });
   await app.register(datasetRoutes, { context });
   await app.register(datasetUploadRoutes, { context });
+  await app.register(trainingJobRoutes, { context });
+  await app.register(tuningRoutes, { context });
+  await app.register(experimentRoutes, { context });
 
   return app;
 }

@@ -9,6 +9,7 @@ import { type Clusters, createClusters } from './clusters/index.ts';
 import type { Config } from './config.ts';
 import { createDatasets, type Datasets } from './datasets/index.ts';
 import type { Database } from './db/index.ts';
+import { createExperiments, type ExperimentService } from './experiments/index.ts';
 import { createFleet, type Fleet } from './hosts/fleet.ts';
 import { ProxyService, proxyViewPart } from './proxy/service.ts';
 import { RateLimitService } from './ratelimit/service.ts';
@@ -16,6 +17,7 @@ import { createSecrets, type SecretService } from './secrets/index.ts';
 import { SshService, sshViewPart } from './ssh/index.ts';
 import { TemplateService } from './templates/templates.ts';
 import { TerminalService } from './terminal/service.ts';
+import { createTraining, type Training } from './training/index.ts';
 import { ApiUsageService } from './usage/api-usage.ts';
 import { RequestLog } from './usage/request-log.ts';
 import { createUsageServices, type UsageServices } from './usage/service.ts';
@@ -52,6 +54,10 @@ export interface AppContext {
   clusterTelemetry: ClusterTelemetry;
   /** Training datasets: stored bytes, upload tokens, multipart uploads, the processing pass. */
   datasets: Datasets;
+  /** Training jobs (gang-placed trainer containers, their reports, stop/resume) and hyperparameter tuning. */
+  training: Training;
+  /** Experiments and their runs (training jobs linked in), statistics, comparison and export. */
+  experiments: ExperimentService;
   /** False once shutdown has begun: /readyz then answers 503 so load balancers drain this process. */
   ready: boolean;
   start(): Promise<void>;
@@ -128,6 +134,7 @@ export function createContext(
     metrics: metricsViewPart(clusterTelemetry.metrics),
   });
   const datasets = createDatasets({ config, db, clock, logger: logger.child({ component: 'datasets' }) });
+  const training = createTraining({ db, clock, fleet, accounts, datasetStorage: datasets.storage });
   const context: AppContext = {
     config,
     db,
@@ -153,6 +160,13 @@ export function createContext(
       logger: logger.child({ component: 'terminal' }),
     }),
     datasets,
+    training,
+    experiments: createExperiments({
+      db,
+      clock,
+      access: accounts.access,
+      logger: logger.child({ component: 'experiments' }),
+    }),
     ready: false,
     async start() {
       await keys.start();
@@ -168,12 +182,15 @@ export function createContext(
       await clusters.start();
       clusterTelemetry.start();
       await datasets.start();
+      training.useLogger(logger.child({ component: 'training' }));
+      training.start();
       context.ready = true;
     },
     async stop() {
       await usage.stop();
       context.ready = false;
       await datasets.stop();
+      await training.stop();
       context.terminal.closeAll();
       await context.ssh.close();
       await clusters.stop();
