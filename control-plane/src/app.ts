@@ -17,11 +17,14 @@ import { datasetRoutes } from './api/datasets/routes.ts';
 import { datasetUploadRoutes } from './api/datasets/upload.routes.ts';
 import { executionRoutes } from './api/endpoints/execution.routes.ts';
 import { endpointRoutes } from './api/endpoints/routes.ts';
+import { experimentRoutes } from './api/experiments/routes.ts';
 import { healthRoutes } from './api/health/routes.ts';
 import { proxyRoutes } from './api/proxy/routes.ts';
 import { secretRoutes } from './api/secrets/routes.ts';
 import { templateRoutes } from './api/templates/routes.ts';
 import { terminalRoutes } from './api/terminal/routes.ts';
+import { trainingJobRoutes } from './api/training-jobs/routes.ts';
+import { tuningRoutes } from './api/training-jobs/tune.routes.ts';
 import { usageRoutes } from './api/usage/routes.ts';
 import type { AppContext } from './context.ts';
 import { dashboardRoutes } from './dashboard/routes.ts';
@@ -111,6 +114,9 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(datasetUploadRoutes, { context });
   await app.register(endpointRoutes, { context });
   await app.register(executionRoutes, { context });
+  await app.register(trainingJobRoutes, { context });
+  await app.register(tuningRoutes, { context });
+  await app.register(experimentRoutes, { context });
 
   return app;
 }

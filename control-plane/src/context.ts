@@ -10,6 +10,7 @@ import type { Config } from './config.ts';
 import { createDatasets, type Datasets } from './datasets/index.ts';
 import type { Database } from './db/index.ts';
 import { createEndpoints, type Endpoints } from './endpoints/index.ts';
+import { createExperiments, type ExperimentService } from './experiments/index.ts';
 import { createFleet, type Fleet } from './hosts/fleet.ts';
 import { ProxyService, proxyViewPart } from './proxy/service.ts';
 import { RateLimitService } from './ratelimit/service.ts';
@@ -17,6 +18,7 @@ import { createSecrets, type SecretService } from './secrets/index.ts';
 import { SshService, sshViewPart } from './ssh/index.ts';
 import { TemplateService } from './templates/templates.ts';
 import { TerminalService } from './terminal/service.ts';
+import { createTraining, type Training } from './training/index.ts';
 import { ApiUsageService } from './usage/api-usage.ts';
 import { RequestLog } from './usage/request-log.ts';
 import { createUsageServices, type UsageServices } from './usage/service.ts';
@@ -55,6 +57,10 @@ export interface AppContext {
   datasets: Datasets;
   /** Serverless endpoints: workers placed on GPU hosts, the durable job queue, its dispatcher, health. */
   endpoints: Endpoints;
+  /** Training jobs (gang-placed trainer containers, their reports, stop/resume) and hyperparameter tuning. */
+  training: Training;
+  /** Experiments and their runs (training jobs linked in), statistics, comparison and export. */
+  experiments: ExperimentService;
   /** False once shutdown has begun: /readyz then answers 503 so load balancers drain this process. */
   ready: boolean;
   start(): Promise<void>;
@@ -141,6 +147,7 @@ export function createContext(
     publicUrl: config.publicUrl,
     allowPrivateWebhooks: config.outboundAllowPrivate,
   });
+  const training = createTraining({ db, clock, fleet, accounts, datasetStorage: datasets.storage });
   const context: AppContext = {
     config,
     db,
@@ -167,6 +174,13 @@ export function createContext(
     }),
     datasets,
     endpoints,
+    training,
+    experiments: createExperiments({
+      db,
+      clock,
+      access: accounts.access,
+      logger: logger.child({ component: 'experiments' }),
+    }),
     ready: false,
     async start() {
       await keys.start();
@@ -184,6 +198,8 @@ export function createContext(
       await datasets.start();
       endpoints.useLogger(logger.child({ component: 'endpoints' }));
       await endpoints.start();
+      training.useLogger(logger.child({ component: 'training' }));
+      training.start();
       context.ready = true;
     },
     async stop() {
@@ -191,6 +207,7 @@ export function createContext(
       context.ready = false;
       await datasets.stop();
       await endpoints.stop();
+      await training.stop();
       context.terminal.closeAll();
       await context.ssh.close();
       await clusters.stop();

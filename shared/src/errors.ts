@@ -100,6 +100,32 @@ export const ERROR_STATUS = {
   JOB_NOT_FOUND: 404,
   /** Not in the spec: retrying a job that is not FAILED or TIMED_OUT (RunPod retries only those). */
   JOB_NOT_RETRYABLE: 409,
+  // Training jobs and tuning (compute spec: Errors lists the codes without statuses; chosen as the field does).
+  /** An invalid training configuration (learning rate outside 1e-6..1e-1, ...); details field, reason. */
+  CONFIGURATION_ERROR: 400,
+  /** Not in the spec: an unknown training job id, or one of another account. */
+  TRAINING_JOB_NOT_FOUND: 404,
+  /** Not in the spec: a checkpoint id that is not one of the job's. */
+  CHECKPOINT_NOT_FOUND: 404,
+  /** Not in the spec: an unknown tuning job id, or one of another account. */
+  TUNING_JOB_NOT_FOUND: 404,
+  INVALID_SEARCH_SPACE: 400,
+  /** The search's estimated cost exceeds budget.max_cost (or max_gpu_hours); details requestedTrials, estimatedCost, availableBudget. */
+  INSUFFICIENT_BUDGET: 422,
+  /** The algorithm cannot search this space (grid over continuous parameters); details algorithm, unsupportedParameterTypes. */
+  ALGORITHM_NOT_SUPPORTED: 400,
+  // Experiments (compute spec: Errors lists the codes without statuses; chosen as the field does).
+  EXPERIMENT_NOT_FOUND: 404,
+  /** Not in the spec: a run id that is not a run of the experiment. */
+  RUN_NOT_FOUND: 404,
+  /** The training job is already a run of an experiment (details trainingJobId, existingExperimentId). */
+  RUN_ALREADY_EXISTS: 409,
+  /** Compare with fewer than 2 completed runs: the request is well formed, the experiment not ready. */
+  INSUFFICIENT_RUNS: 422,
+  /** Not in the spec: adding a run to an archived experiment, or changing its status. */
+  EXPERIMENT_ARCHIVED: 409,
+  /** Not in the spec: an export destination (s3, gcs, ...) that this installation has not configured. */
+  DESTINATION_NOT_CONFIGURED: 400,
   PAYLOAD_TOO_LARGE: 413,
   /** Not in the spec: a plain GET on a WebSocket-only endpoint (the web terminal). */
   UPGRADE_REQUIRED: 426,

@@ -53,6 +53,7 @@ export type IdPrefix =
   | 'dsv'
   | 'dsup'
   | 'job'
+  | 'ckpt'
   | 'tune'
   | 'exp'
   | 'run'

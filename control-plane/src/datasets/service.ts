@@ -242,10 +242,23 @@ export class DatasetService {
   }
 
   /**
-   * Spec: "A dataset used by a training job cannot be deleted". Training jobs do not exist yet; when
-   * they do, this answers 409 DATASET_IN_USE naming the jobs that reference the dataset.
+   * Spec: "A dataset used by a training job cannot be deleted": any job of the account naming it (a
+   * finished job can still be resumed, and its record says what it trained on) answers 409 DATASET_IN_USE
+   * naming the jobs (the first 20).
    */
-  private async assertNotUsedByTrainingJobs(_row: Dataset): Promise<void> {}
+  private async assertNotUsedByTrainingJobs(row: Dataset): Promise<void> {
+    const jobs = await this.db.prisma.trainingJob.findMany({
+      where: { datasetId: row.id, accountId: row.accountId },
+      select: { id: true },
+      orderBy: { createdAt: 'asc' },
+      take: 20,
+    });
+    if (jobs.length === 0) return;
+    throw new ApiError('DATASET_IN_USE', `dataset ${row.id} is used by training jobs`, {
+      datasetId: row.id,
+      trainingJobIds: jobs.map((j) => j.id),
+    });
+  }
 
   /**
    * The dataset an upload token opens, or 401: unknown dataset, another dataset's token and a wrong

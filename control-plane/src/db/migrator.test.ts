@@ -927,6 +927,138 @@ describe('migrator', () => {
           }),
         ];
       },
+      TrainingJob: async () => {
+        const data = {
+          id: 'job_fixture',
+          accountId,
+          createdById: userId,
+          name: 'fine-tune',
+          description: 'd',
+          modelType: 'llm',
+          datasetId: 'ds_fixture',
+          tags: ['a'],
+          status: 'stopped',
+          statusReason: 'stopped on request',
+          config: { training: { learning_rate: 0.001 } },
+          parameters: { learning_rate: 0.001 },
+          metrics: { currentLoss: 0.5, bestLoss: 0.4 },
+          progress: { currentStep: 10 },
+          gpuType: 'H100',
+          gpusPerWorker: 2,
+          workers: 3,
+          priority: 'high',
+          image: 'trainer:1',
+          command: ['python', 'train.py'],
+          form: 'short',
+          tuneId: 'tune_fixture',
+          trialNumber: 4,
+          attempt: 2,
+          placement: [
+            { rank: 0, workloadId: 'job_fixture-r0', hostId: 'host_x', gpus: [], staleContainerId: null },
+          ],
+          resumeFrom: 'ckpt_fixture',
+          stopRequest: { saveCheckpoint: true, reason: null, at: at.toISOString() },
+          exitCode: 137,
+          hourlyRate: 21.6,
+          sessionStartedAt: at,
+          queuedAt: at,
+          logCursor: 9_000_000_000n,
+          startedAt: at,
+          completedAt: at,
+          createdAt: at,
+          updatedAt: at,
+        };
+        await prisma.trainingJob.create({ data });
+        return [data, await prisma.trainingJob.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      TrainingMetric: async () => {
+        const data = { jobId: 'job_fixture', step: 10, epoch: 1.5, values: { loss: 0.5 }, at };
+        const row = await prisma.trainingMetric.create({ data });
+        return [data, await prisma.trainingMetric.findUniqueOrThrow({ where: { id: row.id } })];
+      },
+      TrainingCheckpoint: async () => {
+        const data = {
+          id: 'ckpt_fixture',
+          jobId: 'job_fixture',
+          path: 'step-10',
+          epoch: 1.5,
+          step: 10,
+          loss: 0.5,
+          sizeBytes: 7_000_000_000n,
+          hostId: 'host_x',
+          workloadId: 'job_fixture-r0',
+          createdAt: at,
+        };
+        await prisma.trainingCheckpoint.create({ data });
+        return [data, await prisma.trainingCheckpoint.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      TuningJob: async () => {
+        const data = {
+          id: 'tune_fixture',
+          accountId,
+          createdById: userId,
+          trainingJobId: 'job_fixture',
+          status: 'cancelled',
+          statusReason: 'stopped',
+          algorithm: 'hyperband',
+          objective: 'maximize',
+          metric: 'accuracy',
+          searchSpace: { lr: { type: 'log_uniform', min: 0.0001, max: 0.1 } },
+          settings: { maxTrials: 5 },
+          form: 'short',
+          samplerState: { gridNext: 3 },
+          stopRequest: { reason: 'r', completeRunningTrials: true },
+          completedAt: at,
+          createdAt: at,
+          updatedAt: at,
+        };
+        await prisma.tuningJob.create({ data });
+        return [data, await prisma.tuningJob.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      Experiment: async () => {
+        const data = {
+          id: 'exp_fixture',
+          accountId,
+          createdById: userId,
+          name: 'lr sweep',
+          description: 'd',
+          status: 'archived',
+          hypothesis: 'h',
+          tags: ['lr'],
+          metadata: { team: 'nlp' },
+          baseline: { type: 'model', name: 'v1', metrics: { loss: 0.5 } },
+          conclusion: 'c',
+          primaryMetric: 'accuracy',
+          clonedFromId: 'exp_source',
+          completedAt: at,
+          archivedAt: at,
+          archiveReason: 'done',
+          preserveArtifacts: false,
+          createdAt: at,
+          updatedAt: at,
+        };
+        await prisma.experiment.create({ data });
+        return [data, await prisma.experiment.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      ExperimentRun: async () => {
+        const data = {
+          id: 'run_fixture',
+          experimentId: 'exp_fixture',
+          accountId,
+          createdById: userId,
+          trainingJobId: 'job_fixture',
+          position: 1,
+          name: 'run',
+          parameters: { architecture: 'bert' },
+          tags: ['a'],
+          notes: 'n',
+          copiedFromRunId: 'run_source',
+          createdAt: at,
+          updatedAt: at,
+        };
+        await prisma.experimentRun.create({ data });
+        return [data, await prisma.experimentRun.findUniqueOrThrow({ where: { id: data.id } })];
+      },
     };
     const models = Object.values(Prisma.ModelName).sort();
     const covered = Object.keys(fixtures).sort();

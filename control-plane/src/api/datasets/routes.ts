@@ -113,7 +113,7 @@ export const datasetRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> =
         description:
           `${ACCESS} Removes its rows (versions, multipart uploads) and every stored file, in any status; a ` +
           'processing pass in flight finds the dataset gone and writes nothing. A dataset used by a training ' +
-          'job cannot be deleted (409 DATASET_IN_USE, once training jobs exist). Answers {id, deleted, deletedAt}.',
+          'job cannot be deleted (409 DATASET_IN_USE {datasetId, trainingJobIds}, in any job status). Answers {id, deleted, deletedAt}.',
         params: DatasetParams,
         response: { 200: DeletedDataset, ...flatErrors(400, 401, 403, 404, 409, 429) },
       },

@@ -1,0 +1,28 @@
+/** The design choices the spec leaves open, written once and shown in the OpenAPI descriptions. */
+
+export const ACCESS =
+  'Needs a key with the training scope (read for GET, write otherwise; service keys may call these routes) and ' +
+  "a role holding the clusters scope (read for GET, execute otherwise: training runs on the account's GPUs). " +
+  "Jobs belong to the account: another account's job answers 404 TRAINING_JOB_NOT_FOUND {jobId}.";
+
+export const LIFECYCLE =
+  'States: queued (waiting until every worker fits: gang placement, high priority first, then oldest) → ' +
+  'pending (placed; containers starting) → running (every worker runs; the billing session opens) → completed ' +
+  '(rank 0 exited 0) or failed (a worker exited non-zero, could not start, lost its container, or its host ' +
+  'became unreachable; statusReason says which). stop: pending/running → stopping → stopped; queued → ' +
+  'cancelled. resume: stopped/failed/cancelled → queued → pending → running. Pending and queued jobs are not ' +
+  'billed. A control-plane restart loses nothing (every state is a row; the supervisor carries on); a job ' +
+  "whose host dies fails and its containers are removed when that host's agent reconnects.";
+
+export const FIGURES =
+  "Every figure comes from the trainer's reports, the clock and the price table (null when unknown): metrics " +
+  '{currentLoss = the latest reported loss, bestLoss = the lowest reported loss, learningRate, throughput, ' +
+  'memoryUsage = the latest reported values}; progress {currentEpoch, currentStep, totalEpochs (reported, else ' +
+  'parameters.epochs), totalSteps (reported), percentage = 100 x currentStep / totalSteps (else currentEpoch / ' +
+  'totalEpochs; 100 when completed), elapsedTime = seconds the containers have run (billed time), ' +
+  'remainingTime = elapsedTime x (1 - fraction) / fraction}; resourceUsage {gpuHours = billed hours x GPUs of ' +
+  'all workers, cost = sum of closed sessions (usage records) + the open one at the hourly rate fixed at ' +
+  'placement, efficiency null (not measured)}; estimatedCost {hourly = GPU price x GPUs per worker x workers ' +
+  '(fixed at placement; the current price before), total = hourly x (elapsed + remaining hours)}; ' +
+  'estimatedCompletion = now + remainingTime while running; checkpoints [{id, epoch, step, loss, path, size, ' +
+  'createdAt}] as reported.';

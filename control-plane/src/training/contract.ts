@@ -1,0 +1,112 @@
+/**
+ * The trainer contract: what a training container gets, and how it tells the control plane what it does.
+ * Written once here; the README and the OpenAPI descriptions quote TRAINER_CONTRACT.
+ */
+
+/** The image a job runs when config.image is not given; it runs its own CMD unless config.command is set. */
+export const DEFAULT_TRAINER_IMAGE = 'pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime';
+
+/** Rank 0's volume (it persists across stop and resume on its host): checkpoints go here. */
+export const CHECKPOINT_DIR = '/anvil/checkpoints';
+/** The dataset's bytes, read-only (mode 0444). */
+export const DATASET_DIR = '/anvil/dataset';
+/** Short form customCode. */
+export const CODE_PATH = '/anvil/code/train.py';
+/** A report is one stdout line: this marker, a space, then one JSON object. */
+export const REPORT_MARKER = 'ANVIL_REPORT';
+/** Seconds between SIGTERM and SIGKILL when a worker is stopped. */
+export const STOP_GRACE_SECONDS = 60;
+
+export const TRAINER_CONTRACT =
+  'Trainer contract. Each worker is one container of the image config.image (default ' +
+  `${DEFAULT_TRAINER_IMAGE}; config.command overrides its CMD; short-form customCode is written to ` +
+  `${CODE_PATH} and run with python). Environment: ANVIL_JOB_ID, ANVIL_ATTEMPT (1 for the first run, +1 per ` +
+  'resume), ANVIL_RANK (0..workers-1), ANVIL_WORLD_SIZE, ANVIL_LOCAL_GPUS (GPUs of this worker), ANVIL_HPARAMS ' +
+  '(the hyperparameters as one JSON object) and one ANVIL_HP_<NAME> per hyperparameter (upper-case snake ' +
+  `case: ANVIL_HP_LEARNING_RATE=0.001), ANVIL_TOTAL_EPOCHS when epochs is set, ANVIL_DATASET_DIR=${DATASET_DIR} ` +
+  'and ANVIL_DATASET_FILE (the dataset bytes as data.<format>, mode 0444, written before the container ' +
+  `starts; datasets up to 1 MiB), ANVIL_CHECKPOINT_DIR=${CHECKPOINT_DIR} (rank 0: a volume kept on its host ` +
+  'across stop and resume), ANVIL_RESUME_FROM (the checkpoint directory to resume from; empty on a fresh ' +
+  `start). Reports: stdout lines \`${REPORT_MARKER} {json}\` from rank 0 (other ranks' reports are ignored), ` +
+  'read from the log stream the agent already sends: {"type":"metrics","step":n,"epoch":e,"loss":x,' +
+  '"learning_rate":x,"throughput":x,"memory_usage":x,"total_steps":n,"total_epochs":n, any other numeric ' +
+  'values} and {"type":"checkpoint","path":"<dir relative to ANVIL_CHECKPOINT_DIR>","epoch":e,"step":n,' +
+  '"loss":x,"size_bytes":n}. Lines that do not parse are ignored. Exit code 0: completed; any other: failed ' +
+  '(statusReason names the code). Stop: every worker gets SIGTERM — the trainer writes a checkpoint, reports ' +
+  `it and exits; SIGKILL follows after ${STOP_GRACE_SECONDS} s (saveCheckpoint false: SIGKILL at once).`;
+
+export type TrainerReport =
+  | {
+      type: 'metrics';
+      step: number | null;
+      epoch: number | null;
+      totalSteps: number | null;
+      totalEpochs: number | null;
+      values: Record<string, number>;
+    }
+  | {
+      type: 'checkpoint';
+      path: string;
+      epoch: number | null;
+      step: number | null;
+      loss: number | null;
+      sizeBytes: number | null;
+    };
+
+const finite = (value: unknown): number | null =>
+  typeof value === 'number' && Number.isFinite(value) ? value : null;
+const integer = (value: unknown): number | null => {
+  const n = finite(value);
+  return n !== null && Number.isInteger(n) && n >= 0 && n <= 2_147_483_647 ? n : null;
+};
+
+/** A checkpoint path stays inside the checkpoint directory: relative, no `..`, a sane alphabet. */
+const CHECKPOINT_PATH = /^(?!.*(^|\/)\.\.(\/|$))[A-Za-z0-9_.\-/]{1,200}$/;
+
+/** The report a log line carries, or null (not a report, or malformed). */
+export function parseReport(line: string): TrainerReport | null {
+  const at = line.indexOf(REPORT_MARKER);
+  if (at === -1) return null;
+  const text = line.slice(at + REPORT_MARKER.length).trim();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return null;
+  const report = parsed as Record<string, unknown>;
+  if (report['type'] === 'checkpoint') {
+    const path = report['path'];
+    if (typeof path !== 'string' || !CHECKPOINT_PATH.test(path) || path.startsWith('/')) return null;
+    return {
+      type: 'checkpoint',
+      path,
+      epoch: finite(report['epoch']),
+      step: integer(report['step']),
+      loss: finite(report['loss']),
+      sizeBytes: integer(report['size_bytes']),
+    };
+  }
+  if (report['type'] !== 'metrics') return null;
+  const values: Record<string, number> = {};
+  for (const [key, value] of Object.entries(report)) {
+    if (['type', 'step', 'epoch', 'total_steps', 'total_epochs'].includes(key)) continue;
+    const n = finite(value);
+    if (n !== null && /^[A-Za-z0-9_.\-/]{1,64}$/.test(key) && Object.keys(values).length < 50)
+      values[key] = n;
+  }
+  return {
+    type: 'metrics',
+    step: integer(report['step']),
+    epoch: finite(report['epoch']),
+    totalSteps: integer(report['total_steps']),
+    totalEpochs: integer(report['total_epochs']),
+    values,
+  };
+}
+
+/** ANVIL_HP_<NAME> for a parameter name: upper snake case, anything outside [A-Z0-9_] as _. */
+export function hyperparameterEnvName(name: string): string {
+  return `ANVIL_HP_${name.toUpperCase().replace(/[^A-Z0-9_]/g, '_')}`;
+}

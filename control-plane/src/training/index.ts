@@ -1,0 +1,74 @@
+import type { Logger } from 'pino';
+import type { AccountServices } from '../accounts/index.ts';
+import type { Clock } from '../auth/clock.ts';
+import type { DatasetStorage } from '../datasets/storage.ts';
+import type { Database } from '../db/index.ts';
+import type { Fleet } from '../hosts/fleet.ts';
+import { trainingSpecResolver } from './dataset-files.ts';
+import { Launcher } from './launcher.ts';
+import { ReportReader } from './reports.ts';
+import { type TrainingLogger, TrainingService } from './service.ts';
+import { TrainingSupervisor, type TrainingSupervisorOptions } from './supervisor.ts';
+import { TuningService } from './tuning/service.ts';
+
+export type { TrainingJobSummary } from './summary.ts';
+export { loadTrainingJobSummaries } from './summary.ts';
+
+/** Training jobs and tuning: built once per process, started and stopped with it. */
+export interface Training {
+  service: TrainingService;
+  tuning: TuningService;
+  supervisor: TrainingSupervisor;
+  reports: ReportReader;
+  useLogger(logger: Logger): void;
+  start(): void;
+  stop(): Promise<void>;
+}
+
+export function createTraining(deps: {
+  db: Database;
+  clock: Clock;
+  fleet: Fleet;
+  accounts: AccountServices;
+  datasetStorage: DatasetStorage;
+  supervisor?: TrainingSupervisorOptions;
+}): Training {
+  let logger: TrainingLogger = { info() {}, warn() {}, error() {} };
+  const launcher = new Launcher(deps.db, deps.clock, deps.fleet.events);
+  const reports = new ReportReader(deps.db, deps.clock);
+  const service = new TrainingService({ ...deps, launcher, reports, logger: () => logger });
+  const supervisor = new TrainingSupervisor(
+    { db: deps.db, clock: deps.clock, service, launcher, reports, logger: () => logger },
+    deps.supervisor,
+  );
+  const tuning = new TuningService({
+    db: deps.db,
+    clock: deps.clock,
+    training: service,
+    logger: () => logger,
+  });
+  service.onKick(() => supervisor.kick());
+  tuning.onKick(() => supervisor.kick());
+  supervisor.afterPass(() => tuning.advanceAll());
+  deps.fleet.workloads.useSpecResolver(trainingSpecResolver(deps.db, deps.datasetStorage));
+  // A worker's container changing (running, exited, gone) moves its job now rather than at the next pass.
+  const unsubscribe = deps.fleet.workloads.onContainerState(async ({ workloadId }) => {
+    if (workloadId.startsWith('job_')) supervisor.kick();
+  });
+  return {
+    service,
+    tuning,
+    supervisor,
+    reports,
+    useLogger(next) {
+      logger = next;
+    },
+    start() {
+      supervisor.start();
+    },
+    async stop() {
+      unsubscribe();
+      await supervisor.stop();
+    },
+  };
+}

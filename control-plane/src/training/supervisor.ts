@@ -1,0 +1,344 @@
+import type { WorkloadStatus } from '@anvil/shared/protocol';
+import type { Clock } from '../auth/clock.ts';
+import type { TrainingJob, Workload } from '../db/generated/client.ts';
+import type { Database } from '../db/index.ts';
+import { closeJobSession } from './billing.ts';
+import { STOP_GRACE_SECONDS } from './contract.ts';
+import type { Launcher, PlacedWorker } from './launcher.ts';
+import type { ReportReader } from './reports.ts';
+import type { TrainingLogger, TrainingService } from './service.ts';
+
+/** What one worker's container is doing, as far as the control plane knows. */
+export type WorkerState =
+  | { kind: 'starting' }
+  | { kind: 'running' }
+  | { kind: 'exited'; exitCode: number | null }
+  | { kind: 'failed'; error: string }
+  | { kind: 'gone' }
+  | { kind: 'unreachable' };
+
+function startedAtOf(rows: Map<string, Workload>, workers: PlacedWorker[]): Date | null {
+  const rank0 = workers.find((w) => w.rank === 0);
+  const started = (rows.get(rank0?.workloadId ?? '')?.actualStatus as Partial<WorkloadStatus> | null)
+    ?.startedAt;
+  const at = started ? new Date(started) : null;
+  return at && !Number.isNaN(at.getTime()) ? at : null;
+}
+
+/** A job's verdict from its workers' states (pure: the state machine's transitions from the agents' reports). */
+export type Verdict =
+  | { kind: 'wait' }
+  | { kind: 'running' }
+  | { kind: 'completed' }
+  | { kind: 'failed'; reason: string; exitCode: number | null }
+  | { kind: 'stopped'; reason: string };
+
+export function workerState(row: Workload | undefined, worker: PlacedWorker): WorkerState {
+  if (!row) return { kind: 'gone' };
+  if (row.hostUnreachable) return { kind: 'unreachable' };
+  const actual = row.actualStatus as Partial<WorkloadStatus> | null;
+  // A previous attempt's container (late reports about it) says nothing about this attempt.
+  if (worker.staleContainerId && actual?.containerId === worker.staleContainerId) return { kind: 'starting' };
+  switch (row.phase) {
+    case 'running':
+      return { kind: 'running' };
+    case 'exited':
+      return { kind: 'exited', exitCode: actual?.exitCode ?? null };
+    case 'failed':
+      return { kind: 'failed', error: actual?.error ?? 'unknown error' };
+    case 'stopped':
+    case 'removed':
+      return row.desired === 'running' ? { kind: 'starting' } : { kind: 'gone' };
+    default:
+      return { kind: 'starting' };
+  }
+}
+
+/**
+ * pending/running: a worker that could not start, a host that became unreachable or a non-zero exit fail
+ * the job; rank 0 exiting 0 completes it; every worker running makes a pending job running.
+ * stopping: stopped once no worker runs any more, or once the grace period has passed.
+ */
+export function verdict(
+  status: string,
+  states: readonly { rank: number; state: WorkerState }[],
+  stopDeadlinePassed: boolean,
+): Verdict {
+  if (status === 'stopping') {
+    const settled = states.every((s) => s.state.kind !== 'running' && s.state.kind !== 'starting');
+    if (settled) return { kind: 'stopped', reason: 'stopped on request' };
+    if (stopDeadlinePassed)
+      return { kind: 'stopped', reason: 'stopped on request (workers killed after the grace period)' };
+    return { kind: 'wait' };
+  }
+  for (const { rank, state } of states) {
+    if (state.kind === 'unreachable')
+      return { kind: 'failed', reason: `worker ${rank}: its host is unreachable`, exitCode: null };
+    if (state.kind === 'failed')
+      return { kind: 'failed', reason: `worker ${rank} could not start: ${state.error}`, exitCode: null };
+    if (state.kind === 'gone')
+      return { kind: 'failed', reason: `worker ${rank}: its container is gone`, exitCode: null };
+    if (state.kind === 'exited' && state.exitCode !== 0) {
+      return {
+        kind: 'failed',
+        reason: `worker ${rank} exited with code ${state.exitCode ?? 'unknown'}`,
+        exitCode: state.exitCode,
+      };
+    }
+  }
+  const rank0 = states.find((s) => s.rank === 0)?.state;
+  if (rank0?.kind === 'exited' && rank0.exitCode === 0) return { kind: 'completed' };
+  if (status === 'pending' && states.every((s) => s.state.kind === 'running' || s.state.kind === 'exited')) {
+    return { kind: 'running' };
+  }
+  return { kind: 'wait' };
+}
+
+export interface TrainingSupervisorOptions {
+  busyIntervalMs?: number;
+  idleIntervalMs?: number;
+  /** How long after a job ended its rank 0's late log lines are still read. */
+  tailMs?: number;
+}
+
+/**
+ * Moves training jobs along from what the database says (so a restarted control plane, or another
+ * replica, carries everything on): queued jobs placed (gang), pending → running when every worker runs
+ * (billing starts then), exits → completed or failed, stopping → stopped, reports read from the logs,
+ * and workers of finished jobs released (no container outlives its job). Hooks run after each pass
+ * (the tuner).
+ */
+export class TrainingSupervisor {
+  #timer: NodeJS.Timeout | null = null;
+  #running = false;
+  #passing: Promise<void> | null = null;
+  #kicked = true;
+  readonly #hooks: (() => Promise<void>)[] = [];
+  readonly #busyMs: number;
+  readonly #idleMs: number;
+  readonly #tailMs: number;
+
+  constructor(
+    private readonly d: {
+      db: Database;
+      clock: Clock;
+      service: TrainingService;
+      launcher: Launcher;
+      reports: ReportReader;
+      logger: () => TrainingLogger;
+    },
+    options: TrainingSupervisorOptions = {},
+  ) {
+    this.#busyMs = options.busyIntervalMs ?? 250;
+    this.#idleMs = options.idleIntervalMs ?? 2_000;
+    this.#tailMs = options.tailMs ?? 120_000;
+  }
+
+  /** Runs after every pass (tuning jobs react to their trials). */
+  afterPass(hook: () => Promise<void>): void {
+    this.#hooks.push(hook);
+  }
+
+  start(): void {
+    if (this.#running) return;
+    this.#running = true;
+    this.#schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.#running = false;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = null;
+    await this.#passing;
+  }
+
+  kick(): void {
+    this.#kicked = true;
+    if (this.#running && !this.#passing) this.#schedule(0);
+  }
+
+  #schedule(ms: number): void {
+    if (!this.#running) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.#passing = this.pass()
+        .then((busy) => this.#schedule(this.#kicked ? 0 : busy ? this.#busyMs : this.#idleMs))
+        .catch((error: unknown) => {
+          this.d.logger().error({ err: error }, 'training supervisor pass failed');
+          this.#schedule(this.#idleMs);
+        })
+        .finally(() => {
+          this.#passing = null;
+        });
+    }, ms);
+    this.#timer.unref();
+  }
+
+  /** One pass; true while some job is in a transition. */
+  async pass(): Promise<boolean> {
+    this.#kicked = false;
+    const now = this.d.clock.now();
+    const jobs = await this.d.db.prisma.trainingJob.findMany({
+      where: { status: { in: ['queued', 'pending', 'running', 'stopping'] } },
+      orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
+      take: 500,
+    });
+    const priority = { high: 0, normal: 1, low: 2 } as Record<string, number>;
+    const queued = jobs
+      .filter((j) => j.status === 'queued')
+      .sort((a, b) => (priority[a.priority] ?? 1) - (priority[b.priority] ?? 1));
+    for (const job of jobs) {
+      if (job.status === 'queued') continue;
+      await this.d.reports
+        .drain(job.id)
+        .catch((error: unknown) =>
+          this.d
+            .logger()
+            .warn({ jobId: job.id, err: (error as Error).message }, 'trainer reports could not be read'),
+        );
+      await this.advance(job, now);
+    }
+    for (const job of queued) await this.d.service.place(job.id);
+    await this.releaseFinished();
+    await this.readTails(now);
+    for (const hook of this.#hooks) await hook();
+    return jobs.length > 0;
+  }
+
+  private async advance(job: TrainingJob, now: Date): Promise<void> {
+    const workers = (job.placement ?? []) as unknown as PlacedWorker[];
+    const rows = await this.d.db.prisma.workload.findMany({
+      where: { id: { in: workers.map((w) => w.workloadId) } },
+    });
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    const states = workers.map((w) => ({ rank: w.rank, state: workerState(byId.get(w.workloadId), w) }));
+    const stop = job.stopRequest as { at?: string } | null;
+    const deadline = stop?.at
+      ? new Date(stop.at).getTime() + (STOP_GRACE_SECONDS + 15) * 1000
+      : Number.POSITIVE_INFINITY;
+    const result = verdict(job.status, states, now.getTime() >= deadline);
+    switch (result.kind) {
+      case 'wait':
+        return;
+      case 'running': {
+        const changed = await this.d.db.prisma.trainingJob.updateMany({
+          where: { id: job.id, status: 'pending', attempt: job.attempt },
+          data: {
+            status: 'running',
+            statusReason: null,
+            sessionStartedAt: now,
+            startedAt: job.startedAt ?? now,
+            updatedAt: now,
+          },
+        });
+        if (changed.count > 0)
+          this.d.logger().info({ jobId: job.id }, 'training job running: billing session opened');
+        return;
+      }
+      case 'completed':
+        return this.finish(
+          job,
+          'completed',
+          'exited with code 0',
+          0,
+          workers,
+          now,
+          startedAtOf(byId, workers),
+        );
+      case 'failed':
+        return this.finish(
+          job,
+          'failed',
+          result.reason,
+          result.exitCode,
+          workers,
+          now,
+          startedAtOf(byId, workers),
+        );
+      case 'stopped':
+        return this.finish(job, 'stopped', result.reason, null, workers, now, startedAtOf(byId, workers));
+    }
+  }
+
+  /** The job's final state and its billing session closed in one transaction, then its workers released. */
+  private async finish(
+    job: TrainingJob,
+    status: 'completed' | 'failed' | 'stopped',
+    reason: string,
+    exitCode: number | null,
+    workers: PlacedWorker[],
+    now: Date,
+    containerStart: Date | null,
+  ): Promise<void> {
+    // A job that went from pending straight to its end ran without being seen running: billed from the
+    // moment Docker started its rank 0 (kept between its placement and now).
+    const ranFrom =
+      containerStart && containerStart > job.updatedAt && containerStart < now ? containerStart : now;
+    const ended = await this.d.db.prisma.$transaction(async (tx) => {
+      const changed = await tx.trainingJob.updateMany({
+        where: { id: job.id, status: job.status, attempt: job.attempt },
+        data: {
+          status,
+          statusReason: reason,
+          exitCode,
+          completedAt: now,
+          updatedAt: now,
+          ...(job.status === 'pending'
+            ? { sessionStartedAt: ranFrom, startedAt: job.startedAt ?? ranFrom }
+            : {}),
+        },
+      });
+      if (changed.count === 0) return false;
+      await closeJobSession(tx, job, now, status);
+      return true;
+    });
+    if (!ended) return;
+    this.d.logger().info({ jobId: job.id, status, reason }, 'training job ended');
+    await this.d.launcher.release(workers);
+  }
+
+  /** Workers of jobs that ended but still want to run (a crash between the end and the release): released now. */
+  private async releaseFinished(): Promise<void> {
+    const rows = await this.d.db.prisma.$queryRawUnsafe<{ id: string; placement: unknown }[]>(
+      `SELECT j.id, j.placement FROM training_jobs j
+        WHERE j.status IN ('completed', 'failed', 'stopped', 'cancelled')
+          AND EXISTS (SELECT 1 FROM workloads w WHERE w.kind = 'training' AND w.desired = 'running'
+                        AND w.spec->'labels'->>'anvil.training-job' = j.id)`,
+    );
+    for (const row of rows) {
+      const placement = (
+        typeof row.placement === 'string' ? JSON.parse(row.placement) : row.placement
+      ) as PlacedWorker[];
+      const running = await this.d.db.prisma.workload.findMany({
+        where: {
+          kind: 'training',
+          desired: 'running',
+          spec: { path: ['labels', 'anvil.training-job'], equals: row.id },
+        },
+        select: { id: true, hostId: true },
+      });
+      const workers = running.map((w) => ({
+        rank: placement.find((p) => p.workloadId === w.id)?.rank ?? (w.id.endsWith('-r0') ? 0 : 1),
+        workloadId: w.id,
+        hostId: w.hostId,
+        gpus: [],
+        staleContainerId: null,
+      }));
+      this.d.logger().warn({ jobId: row.id }, 'releasing the workers of a finished training job');
+      await this.d.launcher.release(workers);
+    }
+  }
+
+  /** Late log lines of jobs that ended recently (the agent may send a trainer's last lines after its exit). */
+  private async readTails(now: Date): Promise<void> {
+    const recent = await this.d.db.prisma.trainingJob.findMany({
+      where: {
+        status: { in: ['completed', 'failed', 'stopped'] },
+        completedAt: { gte: new Date(now.getTime() - this.#tailMs) },
+      },
+      select: { id: true },
+    });
+    for (const { id } of recent) await this.d.reports.drain(id).catch(() => 0);
+  }
+}
