@@ -9,8 +9,14 @@ const shared = {
   hookTimeout: 120_000,
 };
 
+// Test files run one at a time by default (vitest's default on two cores): in parallel, the fleet fault
+// tests (private dockerd restarts) time out on a two-core machine. ANVIL_TEST_WORKERS=<n> runs n at once
+// where there are cores to spare.
+const workers = process.env['ANVIL_TEST_WORKERS'] ? Number(process.env['ANVIL_TEST_WORKERS']) : undefined;
+
 export default defineConfig({
   test: {
+    ...(workers ? { maxWorkers: workers } : {}),
     projects: [
       {
         test: {

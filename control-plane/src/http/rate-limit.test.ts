@@ -5,7 +5,7 @@ import { createTestApp, ManualClock, type TestApp } from '../testing/index.ts';
 const START = new Date('2026-05-01T10:20:00.000Z');
 const NEXT_HOUR = Date.parse('2026-05-01T11:00:00.000Z');
 
-/** Test-only routes standing in for areas that do not exist yet (and one spare); each counts its handler runs. */
+/** A test-only route standing in for an area that does not exist yet; it counts its handler runs. */
 function fixtures(calls: Map<string, number>) {
   const handled = (name: string) => () => {
     calls.set(name, (calls.get(name) ?? 0) + 1);
@@ -13,7 +13,6 @@ function fixtures(calls: Map<string, number>) {
   };
   return (app: TestApp['app']) => {
     app.delete('/v2/accounts/things/:id', { config: { scope: 'accounts' } }, handled('delete-account-thing'));
-    app.post('/v2/training/jobs', { config: { scope: 'training' } }, handled('create-job'));
   };
 }
 
@@ -230,11 +229,15 @@ describe('rate limiting', () => {
 
   it('limits training jobs per day on top of the hourly limits', async () => {
     await setup('free');
-    const create = () => t.app.inject({ method: 'POST', url: '/v2/training/jobs', headers: t.auth() });
+    // The real route, with a body it refuses (400): the limit counts requests, before validation, and
+    // no job (with its containers) is started.
+    const create = () =>
+      t.app.inject({ method: 'POST', url: '/v2/training/jobs', headers: t.auth(), payload: {} });
     const first = await create();
+    expect(first.statusCode).toBe(400);
     expect(first.headers['x-ratelimit-limit']).toBe('5');
     expect(first.headers['x-ratelimit-window']).toBe('86400');
-    for (let i = 0; i < 4; i++) expect((await create()).statusCode).toBe(200);
+    for (let i = 0; i < 4; i++) expect((await create()).statusCode).toBe(400);
     const refused = await create();
     expect(refused.statusCode).toBe(429);
     expect(refused.json()).toMatchObject({
@@ -247,7 +250,7 @@ describe('rate limiting', () => {
     // Enterprise training is unlimited: only the hourly endpoint limit (10) applies.
     await setTier('enterprise');
     const enterprise = await create();
-    expect(enterprise.statusCode).toBe(200);
+    expect(enterprise.statusCode).toBe(400);
     expect(enterprise.headers['x-ratelimit-limit']).toBe('10');
     expect(enterprise.headers['x-ratelimit-remaining']).toBe('4');
   });
