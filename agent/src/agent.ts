@@ -29,6 +29,7 @@ import { LogBuffer } from './logs/buffer.ts';
 import { LogCursors } from './logs/cursors.ts';
 import { LogManager } from './logs/manager.ts';
 import { MetricsSampler } from './metrics/sampler.ts';
+import { controlPlaneDownloads } from './reconcile/download-request.ts';
 import { Reconciler } from './reconcile/reconciler.ts';
 import { watchDocker } from './reconcile/watch.ts';
 import { TunnelManager } from './tunnels/manager.ts';
@@ -163,6 +164,8 @@ export function createAgent(options: AgentOptions): Agent {
       onContainerState: (change) => send(createMessage('container_state', change)),
       onActualState: (report) => send(createMessage('actual_state', report)),
       onPullProgress: (report) => send(createMessage('pull_progress', report)),
+      // The credential of the session at the time of each fetch (a new session may bring a new one).
+      requestDownload: controlPlaneDownloads(options.controlPlaneUrl, () => sessionCredential),
       onPass: () => {
         logs.sync(reconciler.running());
         logs.retain(reconciler.existing());

@@ -8,6 +8,7 @@ import { adminClusterRoutes } from './api/admin/clusters.routes.ts';
 import { gpuPriceRoutes } from './api/admin/gpu-prices.routes.ts';
 import { adminHostRoutes } from './api/admin/hosts.routes.ts';
 import { installHttpMetrics, metricsRoutes } from './api/admin/metrics.routes.ts';
+import { agentDownloadRoutes } from './api/agent-downloads/routes.ts';
 import { analyticsRoutes } from './api/analytics/routes.ts';
 import { apiKeyRoutes } from './api/auth/api-keys.routes.ts';
 import { rateLimitRoutes } from './api/auth/rate-limits.routes.ts';
@@ -117,6 +118,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(trainingJobRoutes, { context });
   await app.register(tuningRoutes, { context });
   await app.register(experimentRoutes, { context });
+  await app.register(agentDownloadRoutes, { context });
 
   return app;
 }

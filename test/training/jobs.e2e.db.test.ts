@@ -2,6 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fileCredentialStore } from '../../agent/src/connection/credential-store.ts';
 import { addAccount, call } from '../../control-plane/src/testing/accounts.ts';
 import { type ClusterFleet, startClusterFleet, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
@@ -12,6 +13,15 @@ import { TRAINER_SCRIPT } from './trainer.ts';
  * Training jobs end to end: the control plane over HTTP on loopback, a real agent (simulated 2xH100, the
  * only fake) running a busybox trainer that follows the trainer contract in real containers.
  */
+/**
+ * 40,000 lines of 80 bytes: 3.2 MB, beyond what the desired set can carry (one 4 MiB WebSocket frame,
+ * base64), so the trainer sees it only through the agent's download (WorkloadDownload).
+ */
+const DATASET_LINES = 40_000;
+const DATASET = Buffer.from(
+  Array.from({ length: DATASET_LINES }, (_, i) => `{"text":"${String(i).padStart(68, '0')}"}\n`).join(''),
+);
+
 describe.skipIf(!dockerAvailable())('training jobs with a real agent and Docker', () => {
   let fleet: ClusterFleet;
   let datasetsDir: string;
@@ -29,7 +39,7 @@ describe.skipIf(!dockerAvailable())('training jobs with a real agent and Docker'
     const created = await call(fleet.t, {
       method: 'POST',
       url: '/v2/training/datasets',
-      payload: { name: 'tiny', type: 'text', format: 'jsonl' },
+      payload: { name: 'lines', type: 'text', format: 'jsonl' },
     });
     expect(created.statusCode, created.body).toBe(201);
     datasetId = created.json().id;
@@ -40,7 +50,7 @@ describe.skipIf(!dockerAvailable())('training jobs with a real agent and Docker'
         authorization: `Bearer ${created.json().uploadToken}`,
         'content-type': 'application/octet-stream',
       },
-      payload: Buffer.from('{"text":"a"}\n{"text":"b"}\n{"text":"c"}\n'),
+      payload: DATASET,
     });
     expect(put.statusCode, put.body).toBe(202);
     await fleet.t.context.datasets.processor.idle();
@@ -168,8 +178,21 @@ describe.skipIf(!dockerAvailable())('training jobs with a real agent and Docker'
     expect(final.metrics.currentLoss).toBeCloseTo(1 / 5 + 0.01, 5);
     expect(final.metrics.bestLoss).toBeCloseTo(1 / 5 + 0.01, 5);
     expect(final.metrics.learningRate).toBe(0.01);
-    // throughput reports the dataset's line count: the file reached the container.
-    expect(final.metrics.throughput).toBe(3);
+    // throughput reports the dataset's line count: the whole file reached the container.
+    expect(final.metrics.throughput).toBe(DATASET_LINES);
+    // The download route answers only the host's own credential, and only for jobs placed on it.
+    const version = await t().context.db.prisma.datasetVersion.findFirstOrThrow({ where: { datasetId } });
+    const path = `/agent/v1/downloads/datasets/${datasetId}/versions/${version.id}`;
+    const { credential, hostId } = (await fileCredentialStore(fleet.agent.stateDir).load())!;
+    const fetchAs = (headers: Record<string, string>) => t().app.inject({ url: path, headers });
+    expect((await fetchAs({})).statusCode).toBe(401);
+    expect((await fetchAs({ authorization: 'Bearer wrong', 'x-anvil-host-id': hostId })).statusCode).toBe(
+      401,
+    );
+    // The job finished: nothing of its host needs the dataset any more.
+    expect(
+      (await fetchAs({ authorization: `Bearer ${credential}`, 'x-anvil-host-id': hostId })).statusCode,
+    ).toBe(404);
     expect(final.progress).toMatchObject({ currentStep: 4, totalSteps: 4, currentEpoch: 2, percentage: 100 });
     expect(final.checkpoints.map((c: { path: string }) => c.path)).toEqual(['step-2', 'step-4']);
     expect(final.resourceUsage.gpuHours).toBeGreaterThan(0);

@@ -81,6 +81,25 @@ describe('buildCreateOptions', () => {
     expect(none.Env).toEqual(['NVIDIA_VISIBLE_DEVICES=void']);
   });
 
+  it('mounts each download read-only from the cache, by digest, and leaves downloads out of the spec hash', () => {
+    const sha256 = 'ab'.repeat(32);
+    const download = {
+      path: '/agent/v1/downloads/datasets/ds_1/versions/dsv_1',
+      sha256,
+      sizeBytes: 5,
+      containerPath: '/anvil/dataset/data.jsonl',
+    };
+    const spec = workloadSpec('w1', { volume: { containerPath: '/workspace' }, downloads: [download] });
+    const withCache = { ...context, downloadRoot: '/var/lib/anvil/volumes/.downloads' };
+    expect(buildCreateOptions(spec, withCache).HostConfig?.Binds).toEqual([
+      '/var/lib/anvil/volumes/w1:/workspace',
+      `/var/lib/anvil/volumes/.downloads/${sha256}:/anvil/dataset/data.jsonl:ro`,
+    ]);
+    expect(() => buildCreateOptions(spec, context)).toThrow('no download cache');
+    const { downloads: _downloads, ...without } = spec;
+    expect(specHash(spec, context)).toBe(specHash(without, context));
+  });
+
   it('keeps the image command when the spec gives none', () => {
     const options = buildCreateOptions(workloadSpec('w4', { command: null }), context);
     expect(options.Cmd).toBeUndefined();

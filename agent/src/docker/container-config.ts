@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import type { WorkloadSpec } from '@anvil/shared/protocol';
 import type { ContainerCreateOptions } from 'dockerode';
+import { downloadPath } from '../reconcile/download-cache.ts';
 import { containerName, isOwnLabel, LABELS, type SpecContext } from './labels.ts';
 
 /** Where a workload's volume lives on the host. */
@@ -65,8 +66,15 @@ export function buildCreateOptions(
     hostConfig.MemorySwap = spec.memoryBytes;
   }
   if (spec.shmBytes !== null) hostConfig.ShmSize = spec.shmBytes;
+  const binds: string[] = [];
   if (spec.volume)
-    hostConfig.Binds = [`${volumeDir(context.volumeRoot, spec.workloadId)}:${spec.volume.containerPath}`];
+    binds.push(`${volumeDir(context.volumeRoot, spec.workloadId)}:${spec.volume.containerPath}`);
+  for (const download of spec.downloads ?? []) {
+    if (!context.downloadRoot)
+      throw new Error(`workload ${spec.workloadId} has downloads but no download cache`);
+    binds.push(`${downloadPath(context.downloadRoot, download.sha256)}:${download.containerPath}:ro`);
+  }
+  if (binds.length > 0) hostConfig.Binds = binds;
   if (context.gpuMode === 'device-requests' && spec.gpus.length > 0) {
     hostConfig.DeviceRequests = [
       { Driver: 'nvidia', DeviceIDs: spec.gpus.map((g) => g.uuid), Capabilities: [['gpu']], Count: 0 },

@@ -32,6 +32,8 @@ export type GpuMode = 'device-requests' | 'env-only';
 export interface SpecContext {
   hostId: string;
   volumeRoot: string;
+  /** The download cache (WorkloadDownload files, one per SHA-256); needed only by specs with downloads. */
+  downloadRoot?: string;
   gpuMode: GpuMode;
 }
 
@@ -49,12 +51,18 @@ function canonical(value: unknown): unknown {
 
 /**
  * Hash of everything that shapes the container. The stop grace is left out: changing it should not
- * restart a running workload. So are the secret env and files (contract 5): a rotated secret reaches
+ * restart a running workload. So are the secret env and files (contract 5), and the downloads: a rotated secret reaches
  * the container at its next start instead of recreating it, and the hash (a label anyone can read)
  * says nothing about secret values. Key order is normalised so equal specs hash equal whatever their JSON.
  */
 export function specHash(spec: WorkloadSpec, context: Pick<SpecContext, 'volumeRoot' | 'gpuMode'>): string {
-  const { stopGraceSeconds: _ignored, secretEnv: _env, files: _files, ...shape } = spec;
+  const {
+    stopGraceSeconds: _ignored,
+    secretEnv: _env,
+    files: _files,
+    downloads: _downloads,
+    ...shape
+  } = spec;
   const text = JSON.stringify(canonical({ shape, volumeRoot: context.volumeRoot, gpuMode: context.gpuMode }));
   return createHash('sha256').update(text).digest('hex').slice(0, 16);
 }

@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import type { WorkloadPhase, WorkloadSpec, WorkloadStatus } from '@anvil/shared/protocol';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
@@ -5,6 +6,7 @@ import { ImageMissingError, NameConflictError } from '../docker/errors.ts';
 import { type GpuMode, type SpecContext, specHash } from '../docker/labels.ts';
 import type { ContainerRuntime, ManagedContainer } from '../docker/runtime.ts';
 import { errorMessage } from '../errors.ts';
+import { DownloadCache, type DownloadRequester } from './download-cache.ts';
 import { ImagePuller, type PullReport } from './image-puller.ts';
 import { statusFromInspect, statusWithoutContainer } from './status.ts';
 
@@ -34,6 +36,13 @@ export interface ReconcilerOptions {
   onContainerState: (change: ContainerStateChange) => void;
   onActualState: (report: ActualReport) => void;
   onPullProgress: (report: PullReport) => void;
+  /**
+   * Where workloads' downloads are kept (one file per SHA-256, bind-mounted read-only); by default
+   * `.downloads` under the volume root, which no workload's volume can be (ids never start with a dot).
+   */
+  downloadRoot?: string;
+  /** Fetches a download from the control plane; absent, workloads with downloads fail to start. */
+  requestDownload?: DownloadRequester | null;
   /** How long a failed pull or start waits before it is tried again. */
   retryMs?: number;
   /** Delay before retrying a pass that failed as a whole (Docker unreachable). */
@@ -64,9 +73,11 @@ function byPreference(a: ManagedContainer, b: ManagedContainer): number {
  * because it has not yet heard from the control plane.
  */
 export class Reconciler {
-  readonly #o: Required<Omit<ReconcilerOptions, 'onPass'>> & Pick<ReconcilerOptions, 'onPass'>;
+  readonly #o: Required<Omit<ReconcilerOptions, 'onPass' | 'downloadRoot' | 'requestDownload'>> &
+    Pick<ReconcilerOptions, 'onPass'>;
   readonly #context: SpecContext;
   readonly #puller: ImagePuller;
+  readonly #downloads: DownloadCache;
   #generation: number | null = null;
   #desired: WorkloadSpec[] | null = null;
   #statuses = new Map<string, WorkloadStatus>();
@@ -88,7 +99,20 @@ export class Reconciler {
 
   constructor(options: ReconcilerOptions) {
     this.#o = { retryMs: 30_000, passRetryMs: 5_000, ...options };
-    this.#context = { hostId: options.hostId, volumeRoot: options.volumeRoot, gpuMode: options.gpuMode };
+    const downloadRoot = options.downloadRoot ?? join(options.volumeRoot, '.downloads');
+    this.#context = {
+      hostId: options.hostId,
+      volumeRoot: options.volumeRoot,
+      downloadRoot,
+      gpuMode: options.gpuMode,
+    };
+    this.#downloads = new DownloadCache(downloadRoot, {
+      request: options.requestDownload ?? null,
+      clock: options.clock,
+      logger: options.logger,
+      retryMs: this.#o.retryMs,
+      onSettled: () => this.trigger(),
+    });
     this.#puller = new ImagePuller(options.runtime, {
       clock: options.clock,
       logger: options.logger,
@@ -211,6 +235,7 @@ export class Reconciler {
       );
       // Record every status (map, not some: each one must be stored and may emit its own event).
       const changed = results.map((status) => this.#record(status)).includes(true);
+      await this.#downloads.prune(new Set(desired.flatMap((s) => (s.downloads ?? []).map((d) => d.sha256))));
       // The desired set may have been replaced while this pass ran; report only a consistent one.
       if (this.#desired === desired && (changed || generation !== this.#reportedGeneration)) {
         this.#reportedGeneration = generation;
@@ -298,6 +323,18 @@ export class Reconciler {
       }
 
       if (!current) {
+        // A container starts only with every download in the cache: fetched in the background first.
+        if (spec.downloads && spec.downloads.length > 0) {
+          const waiting = await this.#downloads.pending(spec.downloads);
+          if (waiting?.kind === 'failed') {
+            this.#scheduleRetry(Math.max(0, waiting.retryAt - clock.now()));
+            return statusWithoutContainer(id, 'failed', waiting.error, clock.now());
+          }
+          if (waiting) {
+            this.#downloads.start(spec.downloads, id);
+            return statusWithoutContainer(id, 'pulling', null, clock.now());
+          }
+        }
         let containerId: string;
         try {
           // Create first and pull only when Docker says the image is missing, as `docker run` does: the

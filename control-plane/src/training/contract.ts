@@ -24,8 +24,10 @@ export const TRAINER_CONTRACT =
   'resume), ANVIL_RANK (0..workers-1), ANVIL_WORLD_SIZE, ANVIL_LOCAL_GPUS (GPUs of this worker), ANVIL_HPARAMS ' +
   '(the hyperparameters as one JSON object) and one ANVIL_HP_<NAME> per hyperparameter (upper-case snake ' +
   `case: ANVIL_HP_LEARNING_RATE=0.001), ANVIL_TOTAL_EPOCHS when epochs is set, ANVIL_DATASET_DIR=${DATASET_DIR} ` +
-  'and ANVIL_DATASET_FILE (the dataset bytes as data.<format>, mode 0444, written before the container ' +
-  `starts; datasets up to 1 MiB), ANVIL_CHECKPOINT_DIR=${CHECKPOINT_DIR} (rank 0: a volume kept on its host ` +
+  'and ANVIL_DATASET_FILE (the current version of the dataset as data.<format>, a read-only bind mount: ' +
+  'the agent fetches it from the control plane with its host credential before the container starts, ' +
+  'checks its SHA-256 and keeps it once per digest on the host), ' +
+  `ANVIL_CHECKPOINT_DIR=${CHECKPOINT_DIR} (rank 0: a volume kept on its host ` +
   'across stop and resume), ANVIL_RESUME_FROM (the checkpoint directory to resume from; empty on a fresh ' +
   `start). Reports: stdout lines \`${REPORT_MARKER} {json}\` from rank 0 (other ranks' reports are ignored), ` +
   'read from the log stream the agent already sends: {"type":"metrics","step":n,"epoch":e,"loss":x,' +

@@ -1,25 +1,28 @@
-import { readFile } from 'node:fs/promises';
-import type { SecretFile, WorkloadSpec } from '@anvil/shared/protocol';
-import type { DatasetStorage } from '../datasets/storage.ts';
+import {
+  AGENT_DOWNLOAD_PATH,
+  type SecretFile,
+  type WorkloadDownload,
+  type WorkloadSpec,
+} from '@anvil/shared/protocol';
 import type { Database } from '../db/index.ts';
 import type { SpecResolver } from '../workloads/workloads.ts';
 import { CODE_PATH, DATASET_DIR } from './contract.ts';
 
-/**
- * Largest dataset written into a trainer's container. The bytes travel in the host's desired set, which
- * is one WebSocket frame (MAX_FRAME_BYTES, 4 MiB, base64 adds a third): larger datasets are not delivered
- * (ANVIL_DATASET_FILE then names a file that does not exist).
- */
-export const MAX_INLINE_DATASET_BYTES = 1024 * 1024;
-
 const READ_ONLY = 0o444;
 
+/** Where an agent fetches a dataset version (served by api/agent-downloads/routes.ts). */
+export function datasetDownloadPath(datasetId: string, versionId: string): string {
+  return `${AGENT_DOWNLOAD_PATH}/datasets/${encodeURIComponent(datasetId)}/versions/${encodeURIComponent(versionId)}`;
+}
+
 /**
- * Completes training workloads' specs as the desired set is sent (nothing of it is stored): the dataset's
- * current version at ANVIL_DATASET_FILE and short-form customCode at CODE_PATH, both read-only.
+ * Completes training workloads' specs as the desired set is sent (nothing of it is stored):
+ * - the dataset's current version as a download (WorkloadDownload): the agent fetches it once per
+ *   SHA-256 with its host credential, checks it and bind-mounts it read-only at ANVIL_DATASET_FILE,
+ *   so its size is bounded by the host's disk, not by the desired set's frame;
+ * - short-form customCode as a file at CODE_PATH, read-only.
  */
-export function trainingSpecResolver(db: Database, storage: DatasetStorage): SpecResolver {
-  const cache = new Map<string, string>();
+export function trainingSpecResolver(db: Database): SpecResolver {
   return async (spec, workload) => {
     if (workload.kind !== 'training') return spec;
     const jobId = spec.labels['anvil.training-job'];
@@ -40,26 +43,27 @@ export function trainingSpecResolver(db: Database, storage: DatasetStorage): Spe
         contentBase64: Buffer.from(customCode).toString('base64'),
       });
     }
+    const downloads: WorkloadDownload[] = [...(spec.downloads ?? [])];
     const dataset = job.datasetId
       ? await db.prisma.dataset.findUnique({
           where: { id: job.datasetId },
-          select: { id: true, format: true, currentVersionId: true, sizeBytes: true },
+          select: { id: true, format: true, currentVersionId: true },
         })
       : null;
-    if (
-      dataset?.currentVersionId &&
-      dataset.sizeBytes !== null &&
-      dataset.sizeBytes <= MAX_INLINE_DATASET_BYTES
-    ) {
-      const key = dataset.currentVersionId;
-      let content = cache.get(key);
-      if (content === undefined) {
-        content = (await readFile(storage.versionPath(dataset.id, key))).toString('base64');
-        if (cache.size > 32) cache.clear();
-        cache.set(key, content);
-      }
-      files.push({ path: `${DATASET_DIR}/data.${dataset.format}`, mode: READ_ONLY, contentBase64: content });
+    const version = dataset?.currentVersionId
+      ? await db.prisma.datasetVersion.findUnique({
+          where: { id: dataset.currentVersionId },
+          select: { id: true, sizeBytes: true, checksum: true },
+        })
+      : null;
+    if (dataset && version) {
+      downloads.push({
+        path: datasetDownloadPath(dataset.id, version.id),
+        sha256: version.checksum,
+        sizeBytes: Number(version.sizeBytes),
+        containerPath: `${DATASET_DIR}/data.${dataset.format}`,
+      });
     }
-    return files.length > 0 ? ({ ...spec, files } satisfies WorkloadSpec) : spec;
+    return { ...spec, files, downloads } satisfies WorkloadSpec;
   };
 }

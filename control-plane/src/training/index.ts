@@ -50,7 +50,7 @@ export function createTraining(deps: {
   service.onKick(() => supervisor.kick());
   tuning.onKick(() => supervisor.kick());
   supervisor.afterPass(() => tuning.advanceAll());
-  deps.fleet.workloads.useSpecResolver(trainingSpecResolver(deps.db, deps.datasetStorage));
+  deps.fleet.workloads.useSpecResolver(trainingSpecResolver(deps.db));
   // A worker's container changing (running, exited, gone) moves its job now rather than at the next pass.
   const unsubscribe = deps.fleet.workloads.onContainerState(async ({ workloadId }) => {
     if (workloadId.startsWith('job_')) supervisor.kick();

@@ -32,5 +32,8 @@ export const AGENT_CONNECT_PATH = '/agent/v1/connect';
 /** The WebSocket path an agent dials for each reverse tunnel the control plane asks for (tunnel.ts). */
 export const AGENT_TUNNEL_PATH = '/agent/v1/tunnel';
 
+/** Where agents fetch a workload's downloads (WorkloadDownload), over plain HTTP(S) with the host credential. */
+export const AGENT_DOWNLOAD_PATH = '/agent/v1/downloads';
+
 /** Largest frame either side accepts; log and metric batches are sized to stay well under it. */
 export const MAX_FRAME_BYTES = 4 * 1024 * 1024;

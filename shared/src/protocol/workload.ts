@@ -32,6 +32,21 @@ export const SecretFile = Type.Object({
 });
 export type SecretFile = Static<typeof SecretFile>;
 
+/**
+ * A file the agent fetches from the control plane before it creates the container (AGENT_DOWNLOAD_PATH
+ * and below, with the host credential), checks against `sha256` and `sizeBytes`, keeps once per digest
+ * in its download cache, and bind-mounts read-only at `containerPath`. For bytes too large for the
+ * desired set, which is one WebSocket frame (a training dataset).
+ */
+export const WorkloadDownload = Type.Object({
+  /** Path on the control plane, under AGENT_DOWNLOAD_PATH. */
+  path: Type.String({ pattern: '^/agent/v1/downloads/', maxLength: 1024 }),
+  sha256: Type.String({ pattern: '^[0-9a-f]{64}$' }),
+  sizeBytes: Type.Integer({ minimum: 0 }),
+  containerPath: Type.String({ pattern: '^/', maxLength: 255 }),
+});
+export type WorkloadDownload = Static<typeof WorkloadDownload>;
+
 /** What the control plane wants running: one container per workload id. */
 export const WorkloadSpec = Type.Object({
   workloadId: WorkloadId,
@@ -65,6 +80,11 @@ export const WorkloadSpec = Type.Object({
    * needed, owned by root). Like secretEnv: never stored, not part of the spec hash.
    */
   files: Type.Optional(Type.Array(SecretFile)),
+  /**
+   * Files fetched from the control plane and mounted read-only (WorkloadDownload). Like files, not part
+   * of the spec hash: a new version reaches the container at its next creation, not by recreating it.
+   */
+  downloads: Type.Optional(Type.Array(WorkloadDownload, { maxItems: 16 })),
 });
 export type WorkloadSpec = Static<typeof WorkloadSpec>;
 
