@@ -1,4 +1,4 @@
-import { ApiError, type KeyScope, permissionForMethod } from '@anvil/shared';
+import { ApiError, type KeyPermission, type KeyScope, permissionForMethod } from '@anvil/shared';
 import type { FastifyInstance } from 'fastify';
 import type { Principal } from '../auth/principal.ts';
 
@@ -13,6 +13,11 @@ declare module 'fastify' {
     scope?: KeyScope | null;
     /** Service keys reach only routes marked as service routes. */
     service?: boolean;
+    /**
+     * The key permission the route needs when its method would say otherwise: a POST that only reads
+     * (a batch of health queries too long for a URL) declares 'read'.
+     */
+    permission?: KeyPermission;
   }
   interface FastifyRequest {
     principal: Principal | null;
@@ -25,13 +30,14 @@ export function authorize(
   method: string,
   scope: KeyScope | null,
   service: boolean,
+  declared?: KeyPermission,
 ): void {
-  const permission = permissionForMethod(method);
+  const permission = declared ?? permissionForMethod(method);
   const required = `${scope ?? 'any'}:${permission}`;
   if (!principal.permissions.includes(permission)) {
     throw new ApiError(
       'FORBIDDEN',
-      `this API key lacks the ${permission} permission needed for ${method} requests`,
+      `this API key lacks the ${permission} permission needed for ${declared ? 'this route' : `${method} requests`}`,
       { permission, keyPermissions: principal.permissions },
       { extra: { required_permission: required } },
     );

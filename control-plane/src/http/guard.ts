@@ -73,7 +73,7 @@ function authorizeAfter(
     return;
   }
   try {
-    authorize(principal, method, config.scope ?? null, config.service === true);
+    authorize(principal, method, config.scope ?? null, config.service === true, config.permission);
   } catch (error) {
     done(error as Error);
     return;

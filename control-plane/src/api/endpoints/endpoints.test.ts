@@ -285,6 +285,24 @@ describe('serverless endpoint API: CRUD, bounds, placement, isolation', () => {
     });
     expect(denied.statusCode).toBe(403);
     expect(denied.json().error).toBe('INSUFFICIENT_PERMISSIONS');
+    // The batch health check only reads: a read-only key may POST it, and still may not run a job.
+    const reader = await addMember(t, { role: 'viewer', keyPermissions: ['read'] });
+    const batch = await call(t, {
+      method: 'POST',
+      url: '/v2/endpoints/health/batch',
+      key: reader,
+      payload: { endpointIds: [ep.id] },
+    });
+    expect(batch.statusCode, batch.body).toBe(200);
+    expect(batch.json().reports).toHaveLength(1);
+    const readerRun = await call(t, {
+      method: 'POST',
+      url: `/v2/${ep.id}/run`,
+      key: reader,
+      payload: { input: 1 },
+    });
+    expect(readerRun.statusCode).toBe(403);
+    expect(readerRun.json()).toMatchObject({ error: 'FORBIDDEN', required_permission: 'endpoints:write' });
 
     const retryQueued = await call(t, { method: 'POST', url: `/v2/${ep.id}/retry/${jobId}` });
     expect(retryQueued.statusCode).toBe(409);

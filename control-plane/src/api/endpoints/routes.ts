@@ -161,12 +161,13 @@ export const endpointRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
   app.post(
     '/v2/endpoints/health/batch',
     {
-      config,
+      // It only reads: a read key may ask, as it may for one endpoint's health.
+      config: { ...config, permission: 'read' as const },
       schema: {
         tags,
         summary: 'Health reports of several endpoints',
         description:
-          `${ACCESS} endpointIds (1-50), check and include as for one endpoint; timeout (1-30 s, default 10) covers ` +
+          `${ACCESS} A POST that only reads: read keys may call it. endpointIds (1-50), check and include as for one endpoint; timeout (1-30 s, default 10) covers ` +
           'the whole batch. Answers {reports (in the order asked, duplicates once), errors [{endpointId, error, ' +
           'message, code}] for unknown or other accounts’ ids, summary {total, healthy, degraded, unhealthy}}; a ' +
           `batch over its timeout answers 408 HEALTH_CHECK_TIMEOUT. ${HEALTH}`,
