@@ -1,8 +1,23 @@
+import { readdirSync, readFileSync } from 'node:fs';
 import { defineConfig } from 'vitest/config';
 
 // Unit tests sit beside the code; tests spanning packages live in test/.
 // When ANVIL_TEST_POSTGRES_URL is set (CI does), every database-backed test also runs on PostgreSQL.
 const postgresUrl = process.env['ANVIL_TEST_POSTGRES_URL'];
+
+/**
+ * The control plane's test files that open a database (through the test app, a test database or a
+ * PostgreSQL URL): only these run again on PostgreSQL; the rest would repeat the same work.
+ */
+function databaseTests(): string[] {
+  const uses =
+    /createTestApp|createTestDatabase|createPostgresDatabase|openPostgres|testDatabaseKind|ANVIL_TEST_DB/;
+  return readdirSync('control-plane/src', { recursive: true, encoding: 'utf8' })
+    .filter((file) => file.endsWith('.test.ts'))
+    .map((file) => `control-plane/src/${file}`)
+    .filter((file) => uses.test(readFileSync(file, 'utf8')))
+    .sort();
+}
 
 const shared = {
   testTimeout: 60_000,
@@ -37,7 +52,7 @@ export default defineConfig({
               test: {
                 ...shared,
                 name: 'postgres',
-                include: ['control-plane/src/**/*.test.ts', 'test/**/*.db.test.ts'],
+                include: [...databaseTests(), 'test/**/*.db.test.ts'],
                 env: { ANVIL_TEST_DB: 'postgres' },
               },
             },

@@ -2,6 +2,7 @@ import type { WorkloadStatus } from '@anvil/shared/protocol';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import type { Allocator } from '../scheduler/allocator.ts';
+import { PassLoop } from '../util/pass-loop.ts';
 import type { DeleteOptions } from './operation.ts';
 import type { ClusterOperations } from './operations.ts';
 import type { ClusterLogger, ClusterService } from './service.ts';
@@ -37,10 +38,7 @@ export const EXPIRY_DELETE: DeleteOptions = {
  * oldest first when capacity frees or appears, expired clusters deleted, stop and delete phases run.
  */
 export class ClusterSupervisor {
-  #timer: NodeJS.Timeout | null = null;
-  #running = false;
-  #passing: Promise<void> | null = null;
-  #kicked = true;
+  readonly #loop: PassLoop<boolean>;
   #lastSync = 0;
   readonly #inFlight = new Set<string>();
   readonly #busyMs: number;
@@ -61,49 +59,33 @@ export class ClusterSupervisor {
     this.#busyMs = options.busyIntervalMs ?? 100;
     this.#idleMs = options.idleIntervalMs ?? 1_000;
     this.#syncMs = options.capacitySyncMs ?? 3_000;
+    this.#loop = new PassLoop({
+      run: (kicked) => this.pass(kicked),
+      after: (busy) => (busy ? this.#busyMs : this.#idleMs),
+      failedMs: this.#idleMs,
+      onError: (error) => this.d.logger().error({ err: error }, 'cluster supervisor pass failed'),
+    });
   }
 
   start(): void {
-    if (this.#running) return;
-    this.#running = true;
-    this.#schedule(0);
+    this.#loop.start();
   }
 
-  async stop(): Promise<void> {
-    this.#running = false;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = null;
-    await this.#passing;
+  stop(): Promise<void> {
+    return this.#loop.stop();
   }
 
   /** Something changed (capacity freed, an operation accepted): run a pass soon. */
   kick(): void {
-    this.#kicked = true;
-    if (this.#running && !this.#passing) this.#schedule(0);
+    this.#loop.kick();
   }
 
-  #schedule(ms: number): void {
-    if (!this.#running) return;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#passing = this.pass()
-        .then((busy) => this.#schedule(this.#kicked ? 0 : busy ? this.#busyMs : this.#idleMs))
-        .catch((error: unknown) => {
-          this.d.logger().error({ err: error }, 'cluster supervisor pass failed');
-          this.#schedule(this.#idleMs);
-        })
-        .finally(() => {
-          this.#passing = null;
-        });
-    }, ms);
-    this.#timer.unref();
-  }
-
-  /** One pass; true while some cluster is in a transition. */
-  async pass(): Promise<boolean> {
-    const kicked = this.#kicked;
-    this.#kicked = false;
+  /**
+   * One pass; true while some cluster is in a transition. `kicked`: something changed since the last
+   * pass, so pending placement re-reads capacity now rather than at its sync interval (direct calls
+   * count as kicked).
+   */
+  async pass(kicked = true): Promise<boolean> {
     const now = this.d.clock.now();
     const rows = await this.d.db.prisma.$queryRawUnsafe<
       {

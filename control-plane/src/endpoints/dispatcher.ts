@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { EndpointJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { PassLoop } from '../util/pass-loop.ts';
 import type { JobQueue } from './jobs.ts';
 import { type RunAnswer, type WorkerClient, WorkerUnreachable } from './worker-client.ts';
 
@@ -41,11 +42,8 @@ export class Dispatcher {
   readonly #listeners = new Set<JobListener>();
   /** Workers that could not be reached, and until when no job is sent to them (the supervisor checks them). */
   readonly #troubled = new Map<string, number>();
-  #timer: NodeJS.Timeout | null = null;
+  readonly #loop: PassLoop<number>;
   #renewTimer: NodeJS.Timeout | null = null;
-  #passing: Promise<void> | null = null;
-  #kicked = false;
-  #started = false;
   readonly #leaseMs: number;
   readonly #renewMs: number;
   readonly #idleMs: number;
@@ -65,6 +63,13 @@ export class Dispatcher {
     this.#leaseMs = options.leaseMs ?? 15_000;
     this.#renewMs = options.renewMs ?? 2_000;
     this.#idleMs = options.idleMs ?? 250;
+    this.#loop = new PassLoop({
+      run: () => this.pass(),
+      // Another look at once while jobs were started: more may be waiting for the slots left.
+      after: (dispatched) => (dispatched > 0 ? 0 : this.#idleMs),
+      failedMs: this.#idleMs,
+      onError: (error) => this.d.logger().error({ err: error }, 'endpoint dispatcher pass failed'),
+    });
   }
 
   onFinished(listener: JobListener): () => void {
@@ -73,19 +78,17 @@ export class Dispatcher {
   }
 
   start(): void {
-    if (this.#started) return;
-    this.#started = true;
-    this.#schedule(0);
+    if (this.#renewTimer) return;
+    this.#loop.start();
     this.#renewTimer = setInterval(() => void this.#renew(), this.#renewMs);
     this.#renewTimer.unref();
   }
 
   /** Stops taking jobs, aborts those running here and queues them again. */
   async stop(): Promise<void> {
-    this.#started = false;
-    if (this.#timer) clearTimeout(this.#timer);
     if (this.#renewTimer) clearInterval(this.#renewTimer);
-    await this.#passing;
+    this.#renewTimer = null;
+    await this.#loop.stop();
     for (const running of this.#running.values()) running.abort.abort({ stop: 'shutdown' } satisfies Stop);
     const released = await this.d.jobs.releaseReplica(this.replicaId).catch(() => 0);
     if (released > 0)
@@ -94,8 +97,7 @@ export class Dispatcher {
 
   /** A job was queued or a worker became ready: look for work now. */
   kick(): void {
-    this.#kicked = true;
-    if (this.#started && !this.#passing) this.#schedule(0);
+    this.#loop.kick();
   }
 
   /** Cancelled through this replica: stop its request at once (other replicas notice at the next renewal). */
@@ -105,25 +107,6 @@ export class Dispatcher {
 
   get runningCount(): number {
     return this.#running.size;
-  }
-
-  #schedule(ms: number): void {
-    if (!this.#started) return;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#kicked = false;
-      this.#passing = this.pass()
-        .catch((error: unknown) => {
-          this.d.logger().error({ err: error }, 'endpoint dispatcher pass failed');
-          return 0;
-        })
-        .then((dispatched) => this.#schedule(this.#kicked || dispatched > 0 ? 0 : this.#idleMs))
-        .finally(() => {
-          this.#passing = null;
-        });
-    }, ms);
-    this.#timer.unref();
   }
 
   /** One pass: claim jobs for every ready worker with a free slot and a queue; returns how many started. */

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { Endpoint, EndpointWorker, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { PassLoop } from '../util/pass-loop.ts';
 import { decideScale, type ScaleState } from './autoscaler.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import type { JobQueue } from './jobs.ts';
@@ -46,10 +47,7 @@ interface WorkloadState {
  * deleted endpoints lose their workers. One pass at a time across replicas (an advisory lock).
  */
 export class EndpointSupervisor {
-  #timer: NodeJS.Timeout | null = null;
-  #passing: Promise<void> | null = null;
-  #started = false;
-  #kicked = false;
+  readonly #loop: PassLoop<void>;
   readonly #suspect = new Set<string>();
   readonly #o: Required<SupervisorOptions>;
 
@@ -74,46 +72,31 @@ export class EndpointSupervisor {
       errorAfterFailures: options.errorAfterFailures ?? 3,
       errorBackoffMs: options.errorBackoffMs ?? 30_000,
     };
+    this.#loop = new PassLoop({
+      run: () => this.pass(),
+      after: () => this.#o.intervalMs,
+      failedMs: this.#o.intervalMs,
+      kickedMs: 50,
+      onError: (error) => this.d.logger().error({ err: error }, 'endpoint supervisor pass failed'),
+    });
   }
 
   start(): void {
-    if (this.#started) return;
-    this.#started = true;
-    this.#schedule(0);
+    this.#loop.start();
   }
 
-  async stop(): Promise<void> {
-    this.#started = false;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = null;
-    await this.#passing;
+  stop(): Promise<void> {
+    return this.#loop.stop();
   }
 
   kick(): void {
-    this.#kicked = true;
-    if (this.#started && !this.#passing) this.#schedule(0);
+    this.#loop.kick();
   }
 
   /** The dispatcher could not reach this worker: check its health at the next pass. */
   suspect(workerId: string): void {
     this.#suspect.add(workerId);
     this.kick();
-  }
-
-  #schedule(ms: number): void {
-    if (!this.#started) return;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#kicked = false;
-      this.#passing = this.pass()
-        .catch((error: unknown) => this.d.logger().error({ err: error }, 'endpoint supervisor pass failed'))
-        .then(() => this.#schedule(this.#kicked ? 50 : this.#o.intervalMs))
-        .finally(() => {
-          this.#passing = null;
-        });
-    }, ms);
-    this.#timer.unref();
   }
 
   /** One pass over every endpoint that has or should have workers. */

@@ -12,8 +12,9 @@ import { type Database, migrate, openPglite, openPostgres, readMigrations } from
  *   lease: rolled back, DISCARD ALL's steps but RESET (temp objects, locks, listeners, plans), every table but the
  *   migration record truncated with its sequences restarted. The migrations seed no rows, so an
  *   emptied instance is a freshly migrated one. One that cannot be emptied is closed, never reused.
- * - PostgreSQL (ANVIL_TEST_DB=postgres): each test gets its own database, copied from a template
- *   migrated once per migration set (CREATE DATABASE ... TEMPLATE), dropped afterwards.
+ * - PostgreSQL (ANVIL_TEST_DB=postgres): databases copied from a template migrated once per migration
+ *   set (CREATE DATABASE ... TEMPLATE), pooled per process the same way (every session on a dropped
+ *   one ended, its tables truncated); those of ended processes are dropped by the next one.
  */
 export interface TestDatabase {
   db: Database;
@@ -195,17 +196,111 @@ export async function createPostgresDatabase(
   };
 }
 
+/** Migrated, emptied PostgreSQL databases of this process no test holds (names). */
+const idlePostgres: string[] = [];
+/** Pooled databases are named for their process, so a later one can drop those of processes gone. */
+const POOLED_PREFIX = 'anvil_test_p';
+let janitor: Promise<void> | null = null;
+
+function databaseUrl(name: string): string {
+  const url = new URL(postgresAdminUrl());
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+/** Runs `work` on a connection to `database` (the admin database by default), then closes it. */
+async function withClient<T>(database: string | null, work: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: database ? databaseUrl(database) : postgresAdminUrl() });
+  await client.connect();
+  try {
+    return await work(client);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Drops the pooled databases of test processes that have ended (a worker ends after its file). */
+function dropOrphans(): Promise<void> {
+  janitor ??= withClient(null, async (admin) => {
+    const { rows } = await admin.query<{ datname: string }>(
+      `SELECT datname FROM pg_database WHERE datname LIKE '${POOLED_PREFIX}%'`,
+    );
+    for (const { datname } of rows) {
+      const pid = Number(/^anvil_test_p(\d+)_/.exec(datname)?.[1]);
+      if (!Number.isInteger(pid) || alive(pid)) continue;
+      await admin.query(`DROP DATABASE IF EXISTS ${datname} WITH (FORCE)`).catch(() => {});
+    }
+  }).catch(() => {});
+  return janitor;
+}
+
+/**
+ * A migrated, empty database: one this process emptied before, or a new copy of the template. Emptying
+ * ends every session on it first (so nothing a test left running holds a lock, a temporary object or a
+ * listener), then truncates every table but the migration record, restarting sequences.
+ */
+async function leasePostgres(): Promise<{ name: string; release(): Promise<void> }> {
+  void dropOrphans();
+  let name = idlePostgres.pop();
+  if (!name) {
+    name = `${POOLED_PREFIX}${process.pid}_${randomBase36(8)}`;
+    const template = await postgresTemplateName();
+    await withClient(null, (admin) => admin.query(`CREATE DATABASE ${name} TEMPLATE ${template}`));
+  }
+  const leased = name;
+  return {
+    name: leased,
+    async release() {
+      try {
+        await withClient(null, (admin) =>
+          admin.query(
+            'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+            [leased],
+          ),
+        );
+        await withClient(leased, (client) => client.query(EMPTY_TABLES));
+        idlePostgres.push(leased);
+      } catch {
+        await withClient(null, (admin) =>
+          admin.query(`DROP DATABASE IF EXISTS ${leased} WITH (FORCE)`),
+        ).catch(() => {});
+      }
+    },
+  };
+}
+
 export async function createTestDatabase(options: { migrated?: boolean } = {}): Promise<TestDatabase> {
   const migrated = options.migrated ?? true;
   if (testDatabaseKind() === 'postgres') {
-    const created = await createPostgresDatabase(migrated ? await postgresTemplateName() : undefined);
-    const db = openPostgres(created.url, 5);
+    if (!migrated) {
+      const created = await createPostgresDatabase();
+      const db = openPostgres(created.url, 5);
+      return {
+        db,
+        url: created.url,
+        async drop() {
+          await db.close().catch(() => {});
+          await created.drop();
+        },
+      };
+    }
+    const leased = await leasePostgres();
+    const db = openPostgres(databaseUrl(leased.name), 5);
     return {
       db,
-      url: created.url,
+      url: databaseUrl(leased.name),
       async drop() {
         await db.close().catch(() => {});
-        await created.drop();
+        await leased.release();
       },
     };
   }

@@ -2,6 +2,7 @@ import type { WorkloadStatus } from '@anvil/shared/protocol';
 import type { Clock } from '../auth/clock.ts';
 import type { TrainingJob, Workload } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { PassLoop } from '../util/pass-loop.ts';
 import { closeJobSession } from './billing.ts';
 import { STOP_GRACE_SECONDS } from './contract.ts';
 import type { Launcher, PlacedWorker } from './launcher.ts';
@@ -109,10 +110,7 @@ export interface TrainingSupervisorOptions {
  * (the tuner).
  */
 export class TrainingSupervisor {
-  #timer: NodeJS.Timeout | null = null;
-  #running = false;
-  #passing: Promise<void> | null = null;
-  #kicked = true;
+  readonly #loop: PassLoop<boolean>;
   readonly #hooks: (() => Promise<void>)[] = [];
   readonly #busyMs: number;
   readonly #idleMs: number;
@@ -132,6 +130,12 @@ export class TrainingSupervisor {
     this.#busyMs = options.busyIntervalMs ?? 250;
     this.#idleMs = options.idleIntervalMs ?? 2_000;
     this.#tailMs = options.tailMs ?? 120_000;
+    this.#loop = new PassLoop({
+      run: () => this.pass(),
+      after: (busy) => (busy ? this.#busyMs : this.#idleMs),
+      failedMs: this.#idleMs,
+      onError: (error) => this.d.logger().error({ err: error }, 'training supervisor pass failed'),
+    });
   }
 
   /** Runs after every pass (tuning jobs react to their trials). */
@@ -140,44 +144,19 @@ export class TrainingSupervisor {
   }
 
   start(): void {
-    if (this.#running) return;
-    this.#running = true;
-    this.#schedule(0);
+    this.#loop.start();
   }
 
-  async stop(): Promise<void> {
-    this.#running = false;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = null;
-    await this.#passing;
+  stop(): Promise<void> {
+    return this.#loop.stop();
   }
 
   kick(): void {
-    this.#kicked = true;
-    if (this.#running && !this.#passing) this.#schedule(0);
-  }
-
-  #schedule(ms: number): void {
-    if (!this.#running) return;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#passing = this.pass()
-        .then((busy) => this.#schedule(this.#kicked ? 0 : busy ? this.#busyMs : this.#idleMs))
-        .catch((error: unknown) => {
-          this.d.logger().error({ err: error }, 'training supervisor pass failed');
-          this.#schedule(this.#idleMs);
-        })
-        .finally(() => {
-          this.#passing = null;
-        });
-    }, ms);
-    this.#timer.unref();
+    this.#loop.kick();
   }
 
   /** One pass; true while some job is in a transition. */
   async pass(): Promise<boolean> {
-    this.#kicked = false;
     const now = this.d.clock.now();
     const jobs = await this.d.db.prisma.trainingJob.findMany({
       where: { status: { in: ['queued', 'pending', 'running', 'stopping'] } },

@@ -726,9 +726,10 @@ export class TuningService {
   }
 
   /**
-   * A trial that ended moments ago without a value for the metric may still have its last reports on the
-   * way (the agent sends a container's final log lines after its exit): the search waits up to
-   * SETTLE_MS for them before it ends.
+   * A trial that ended moments ago may still have its last reports on the way (the agent sends a
+   * container's final log lines after its exit): the search waits up to SETTLE_MS for a completed trial
+   * to show a value for the metric and, when the trainer reported its total steps, its last step (a
+   * value from an earlier step would rank the trial by a loss it had not finished with).
    */
   private async settling(tune: TuningJob): Promise<boolean> {
     const recent = await this.db.prisma.trainingJob.findMany({
@@ -737,11 +738,22 @@ export class TuningService {
     });
     for (const { id } of recent) {
       await this.d.training.drainReports(id);
+      const job = await this.db.prisma.trainingJob.findUnique({
+        where: { id },
+        select: { status: true, progress: true },
+      });
       const values = await this.db.prisma.trainingMetric.findMany({
         where: { jobId: id },
         select: { values: true },
       });
       if (!values.some((v) => typeof (v.values as Record<string, unknown>)[tune.metric] === 'number'))
+        return true;
+      const progress = (job?.progress ?? {}) as { currentStep?: unknown; totalSteps?: unknown };
+      if (
+        job?.status === 'completed' &&
+        typeof progress.totalSteps === 'number' &&
+        (typeof progress.currentStep !== 'number' || progress.currentStep < progress.totalSteps)
+      )
         return true;
     }
     return false;
