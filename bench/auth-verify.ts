@@ -8,7 +8,9 @@ import { availableParallelism, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { CONTROL_PLANE_NODE_FLAGS } from '@anvil/control-plane';
 import autocannon, { type Result } from 'autocannon';
+import type { ServerUsage } from './servers/usage-reply.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const CONNECTIONS = 100;
@@ -34,7 +36,12 @@ interface Target {
 async function startTarget(script: string): Promise<Target> {
   // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of each server there (open it in Chrome DevTools).
   const profile = process.env['BENCH_CPU_PROF'];
-  const flags = profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [];
+  // Both servers run with the control plane's V8 flags (npm start's), so the baseline is tuned alike.
+  const flags = [
+    ...CONTROL_PLANE_NODE_FLAGS,
+    ...(profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : []),
+  ];
+  if (process.env['BENCH_TRACE_GC']) flags.push('--trace-gc');
   const child = spawn(process.execPath, [...flags, '--import', 'tsx', join(HERE, 'servers', script)], {
     stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
     env: { ...process.env, LOG_LEVEL: 'warn' },
@@ -51,12 +58,12 @@ async function startTarget(script: string): Promise<Target> {
   return { ...info, process: child };
 }
 
-/** CPU time (user + system, µs) the server process has used so far, asked over its IPC channel. */
-async function cpuMicros(target: Target): Promise<number> {
-  const reply = once(target.process, 'message') as Promise<[{ user: number; system: number }]>;
+/** The server's CPU time so far and its event-loop delay since the last ask, over its IPC channel. */
+async function usageOf(target: Target): Promise<ServerUsage> {
+  const reply = once(target.process, 'message') as Promise<[ServerUsage]>;
   target.process.send('cpu');
   const [usage] = await reply;
-  return usage.user + usage.system;
+  return usage;
 }
 
 async function stopTarget(target: Target): Promise<void> {
@@ -70,13 +77,16 @@ interface Round {
   result: Result;
   /** Server CPU time per answered request, µs. */
   cpuPerRequest: number;
+  /** How late the server's event loop ran during the round (ms). */
+  loopDelay: ServerUsage['loopDelay'];
 }
 
 async function measure(target: Target, seconds: number): Promise<Round> {
-  const before = await cpuMicros(target);
+  const before = await usageOf(target);
   const result = await drive(target, seconds);
-  const used = (await cpuMicros(target)) - before;
-  return { result, cpuPerRequest: used / Math.max(1, result.requests.total) };
+  const after = await usageOf(target);
+  const used = after.user + after.system - (before.user + before.system);
+  return { result, cpuPerRequest: used / Math.max(1, result.requests.total), loopDelay: after.loopDelay };
 }
 
 function drive(target: Target, seconds: number): Promise<Result> {
@@ -103,6 +113,9 @@ interface Summary {
   p99: number;
   errors: number;
   statuses: Map<string, number>;
+  /** The worst round's event-loop delay p99 and max (ms). */
+  loopDelayP99: number;
+  loopDelayMax: number;
 }
 
 function summarise(rounds: Round[]): Summary {
@@ -120,6 +133,8 @@ function summarise(rounds: Round[]): Summary {
     p99: Math.max(...results.map((r) => r.latency.p99)),
     errors: results.reduce((sum, r) => sum + r.errors + r.timeouts, 0),
     statuses,
+    loopDelayP99: Math.max(...rounds.map((r) => r.loopDelay.p99Ms)),
+    loopDelayMax: Math.max(...rounds.map((r) => r.loopDelay.maxMs)),
   };
 }
 
@@ -130,7 +145,8 @@ function line(name: string, s: Summary): string {
   return (
     `${name.padEnd(34)} ${fmt(s.rps).padStart(8)} req/s   ` +
     `p50 ${fmt(s.p50, 2).padStart(5)} ms   p99 ${fmt(s.p99, 2).padStart(5)} ms   ` +
-    `server CPU ${fmt(s.cpuPerRequest, 1).padStart(5)} µs/req   errors ${s.errors}   [${statuses}]`
+    `server CPU ${fmt(s.cpuPerRequest, 1).padStart(5)} µs/req   ` +
+    `loop delay p99 ${fmt(s.loopDelayP99, 1)} max ${fmt(s.loopDelayMax, 1)} ms   errors ${s.errors}   [${statuses}]`
   );
 }
 

@@ -19,6 +19,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
+import { CONTROL_PLANE_NODE_FLAGS } from '@anvil/control-plane';
 import { dockerAvailable } from '../test/fixtures/images/docker.ts';
 
 const run = promisify(execFile);
@@ -58,7 +59,8 @@ async function spawnServer<T>(
   env: Record<string, string>,
   flags: string[] = [],
 ): Promise<{ info: T; child: ChildProcess }> {
-  const child = spawn(process.execPath, [...flags, '--import', 'tsx', join(HERE, 'servers', script)], {
+  const argv = [...CONTROL_PLANE_NODE_FLAGS, ...flags, '--import', 'tsx', join(HERE, 'servers', script)];
+  const child = spawn(process.execPath, argv, {
     stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
     env: { ...process.env, LOG_LEVEL: 'warn', ...env },
   });

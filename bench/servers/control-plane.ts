@@ -10,6 +10,7 @@ import { Writable } from 'node:stream';
 import { createLogger, loadConfig, startServer } from '@anvil/control-plane';
 import { displayPrefix, generateApiKey, hashApiKey, KEY_SCOPES, newId } from '@anvil/shared';
 import pg from 'pg';
+import { answerUsageRequests } from './usage-reply.ts';
 
 const accounts = Number(process.env['BENCH_ACCOUNTS'] ?? '100');
 const dataDir = mkdtempSync(join(tmpdir(), 'anvil-bench-'));
@@ -75,10 +76,7 @@ for (let i = 0; i < accounts; i++) {
 }
 
 process.stdout.write(`BENCH_READY ${JSON.stringify({ url: server.url, path: '/v2/auth/verify', keys })}\n`);
-// The bench asks for this process's CPU time over IPC to report CPU per request.
-process.on('message', (message) => {
-  if (message === 'cpu') process.send?.(process.cpuUsage());
-});
+answerUsageRequests();
 process.once('SIGTERM', () => {
   server
     .close()

@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { PROXY_TLS_SERVER_OPTIONS } from '../../control-plane/src/proxy/tls.ts';
+import { answerUsageRequests } from './usage-reply.ts';
 
 const cert = readFileSync(process.env['ANVIL_BENCH_CEILING_CERT']!, 'utf8');
 const key = readFileSync(process.env['ANVIL_BENCH_CEILING_KEY']!, 'utf8');
@@ -30,7 +31,5 @@ server.listen(0, '127.0.0.1', () => {
   const { port } = server.address() as AddressInfo;
   process.stdout.write(`CEILING_READY ${JSON.stringify({ url: `https://127.0.0.1:${port}` })}\n`);
 });
-process.on('message', (message) => {
-  if (message === 'cpu') process.send?.(process.cpuUsage());
-});
+answerUsageRequests();
 process.on('SIGTERM', () => process.exit(0));

@@ -20,6 +20,7 @@ import { removeTestContainers } from '../../test/fixtures/images/docker.ts';
 import { type AgentProcess, spawnAgent } from '../../test/fleet/agent-process.ts';
 import { DockerBridgeTunnels } from '../../test/proxy/docker-bridge-tunnels.ts';
 import { ensureStaticHttpImage, STATIC_HTTP_PORT } from '../fixtures/static-http/image.ts';
+import { answerUsageRequests } from './usage-reply.ts';
 
 const tunnels = process.env['ANVIL_BENCH_PROXY_TUNNELS'] === 'agent' ? 'agent' : 'bridge';
 const dataDir = mkdtempSync(join(tmpdir(), 'anvil-bench-proxy-'));
@@ -119,9 +120,7 @@ async function stop() {
   process.exit(0);
 }
 process.on('SIGTERM', () => void stop());
-process.on('message', (message) => {
-  if (message === 'cpu') process.send?.(process.cpuUsage());
-});
+answerUsageRequests();
 const host = `${clusterId.replace('_', '-')}-${STATIC_HTTP_PORT}.${config.proxyDomain}`;
 process.stdout.write(
   `BENCH_READY ${JSON.stringify({

@@ -15,6 +15,12 @@ export interface Sql {
   query<T = Record<string, unknown>>(text: string, params?: unknown[], name?: string): Promise<T[]>;
   /** Runs a script of several statements (no parameters). */
   exec(script: string): Promise<void>;
+  /**
+   * True when statements run in this thread (PGlite): while one runs, no request is served, so
+   * background writers keep their statements short and let the event loop turn between them
+   * (see batching.ts). Absent or false: they run in a database server.
+   */
+  readonly inThread?: boolean;
 }
 
 export interface Database {
@@ -38,6 +44,7 @@ export function openPglite(client: PGlite): Database {
     async exec(script) {
       await client.exec(script);
     },
+    inThread: true,
   };
   return {
     kind: 'pglite',

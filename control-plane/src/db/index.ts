@@ -1,6 +1,7 @@
 import { type Database, openDatabase } from './database.ts';
 import { migrate } from './migrator.ts';
 
+export { batchRowsFor, betweenStatements, IN_THREAD_BATCH_ROWS } from './batching.ts';
 export type { Database, Sql } from './database.ts';
 export { openDatabase, openEmbedded, openPglite, openPostgres } from './database.ts';
 export { migrate, readMigrations } from './migrator.ts';

@@ -1,3 +1,4 @@
+import { betweenStatements, IN_THREAD_BATCH_ROWS } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
 
 /** One fixed-window counter: a bucket (what is counted) in the window starting at `windowStart`. */
@@ -28,6 +29,10 @@ export interface CounterStore {
   read(refs: readonly CounterRef[]): Promise<Map<string, number>>;
   /** Deletes counters whose window ended before `nowMs`; returns how many. */
   purgeExpired(nowMs: number): Promise<number>;
+  /** The most deltas one add() should carry (one statement's rows); absent: any number. */
+  readonly maxBatch?: number;
+  /** Awaited between two add() calls of one sync. */
+  betweenBatches?(): Promise<void> | undefined;
 }
 
 interface CountRow {
@@ -49,7 +54,16 @@ const iso = (ms: number) => new Date(ms).toISOString();
  * counters lock them in the same order and cannot deadlock.
  */
 export class SqlCounterStore implements CounterStore {
-  constructor(private readonly sql: Sql) {}
+  /** Short statements on PGlite, which runs them in the API's thread (db/batching.ts). */
+  readonly maxBatch: number | undefined;
+
+  constructor(private readonly sql: Sql) {
+    this.maxBatch = sql.inThread ? IN_THREAD_BATCH_ROWS : undefined;
+  }
+
+  betweenBatches(): Promise<void> | undefined {
+    return betweenStatements(this.sql);
+  }
 
   async add(deltas: readonly CounterDelta[]): Promise<Map<string, number>> {
     if (deltas.length === 0) return new Map();

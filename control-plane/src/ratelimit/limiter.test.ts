@@ -155,6 +155,36 @@ describe('SharedCounterLimiter', () => {
     expect(store.total(check(10), clock.now().getTime())).toBe(10);
   });
 
+  it('syncs in pieces the store can take, and a failed piece alone is counted again', async () => {
+    const clock = new ManualClock(new Date('2026-05-01T10:00:00Z'));
+    const store = new (class extends MemoryStore {
+      readonly maxBatch = 2;
+      failOnWrite = -1;
+      between = 0;
+      override async add(deltas: readonly CounterDelta[]) {
+        expect(deltas.length).toBeLessThanOrEqual(2);
+        if (this.writes === this.failOnWrite) throw new Error('database unreachable');
+        return super.add(deltas);
+      }
+      betweenBatches() {
+        this.between++;
+        return undefined;
+      }
+    })();
+    const l = limiter(store, clock);
+    const checks = ['a', 'b', 'c', 'd', 'e'].map((name) => check(100, `acc:${name}`));
+    for (const c of checks) await l.acquire([c]);
+    // Pieces {a,b}, {c,d}, {e}: the second fails after the first was written.
+    store.failOnWrite = store.writes + 1;
+    store.between = 0;
+    await expect(l.sync()).rejects.toThrow('database unreachable');
+    store.failOnWrite = -1;
+    await l.sync();
+    const now = clock.now().getTime();
+    expect(checks.map((c) => store.total(c, now))).toEqual([1, 1, 1, 1, 1]);
+    expect(store.between).toBeGreaterThanOrEqual(2);
+  });
+
   it('answers usage from the store, including other processes', async () => {
     const clock = new ManualClock(new Date('2026-05-01T10:00:00Z'));
     const store = new MemoryStore();

@@ -242,6 +242,16 @@ export class SharedCounterLimiter {
       }
     }
     if (batch.length === 0) return;
+    // In pieces as large as the store takes in one statement; each piece is confirmed or returned alone,
+    // so a failure part-way never counts a piece twice.
+    const size = this.store.maxBatch ?? batch.length;
+    for (let start = 0; start < batch.length; start += size) {
+      if (start > 0) await this.store.betweenBatches?.();
+      await this.flushPiece(batch.slice(start, start + size));
+    }
+  }
+
+  private async flushPiece(batch: Counter[]): Promise<void> {
     const deltas = batch.map((counter) => {
       const delta = counter.pending;
       counter.pending = 0;

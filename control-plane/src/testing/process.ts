@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { CONTROL_PLANE_NODE_FLAGS } from '../node-flags.ts';
 
 export const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
@@ -27,7 +28,8 @@ export interface ControlPlaneProcess {
 
 /** Runs the real control plane (`npm start`'s entry point) as a child process. */
 export function spawnControlPlane(env: Record<string, string>): ControlPlaneProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(REPO_ROOT, 'control-plane/src/main.ts')], {
+  const entry = join(REPO_ROOT, 'control-plane/src/main.ts');
+  const child = spawn(process.execPath, [...CONTROL_PLANE_NODE_FLAGS, '--import', 'tsx', entry], {
     cwd: REPO_ROOT,
     // No local agent unless a test asks for one (ANVIL_LOCAL_AGENT=1).
     env: {

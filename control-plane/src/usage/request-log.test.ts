@@ -1,6 +1,6 @@
 import { newId } from '@anvil/shared';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Sql } from '../db/index.ts';
+import { IN_THREAD_BATCH_ROWS, type Sql } from '../db/index.ts';
 import { createTestDatabase, ManualClock, type TestDatabase } from '../testing/index.ts';
 import {
   DURATION_BOUNDS_MS,
@@ -124,6 +124,29 @@ describe('RequestLog', () => {
       [201, 1],
       [202, 1],
     ]);
+  });
+
+  it('keeps each statement short on PGlite and lets the event loop turn between them', async () => {
+    const counted = counting(database.db.sql);
+    const order: string[] = [];
+    const query = counted.sql.query;
+    counted.sql.query = async (text, params) => {
+      if (text.includes('INSERT INTO api_requests')) order.push('write');
+      return query(text, params);
+    };
+    const log = new RequestLog({ sql: counted.sql, clock });
+    for (let i = 0; i < 70; i++) log.record(record({ route: `/v2/route/${i}` }));
+    setImmediate(() => order.push('turn'));
+    await log.flush();
+    expect((await rows()).reduce((sum, row) => sum + row.requestCount, 0)).toBe(70);
+    if (database.db.kind === 'pglite') {
+      // 70 rollups in statements of at most IN_THREAD_BATCH_ROWS (32), requests served in between.
+      expect(counted.writes).toBe(Math.ceil(70 / IN_THREAD_BATCH_ROWS));
+      expect(order.slice(0, 2)).toEqual(['write', 'turn']);
+    } else {
+      // A database server runs statements outside this thread: one statement carries them all.
+      expect(counted.writes).toBe(1);
+    }
   });
 
   it('skips rows of an account deleted meanwhile instead of failing the batch', async () => {

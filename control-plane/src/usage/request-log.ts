@@ -1,4 +1,5 @@
 import type { Clock } from '../auth/clock.ts';
+import { batchRowsFor, betweenStatements } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
 import { type BackgroundLogger, coalesced, silentLogger } from '../util/coalesce.ts';
 import { Intervals } from '../util/intervals.ts';
@@ -71,7 +72,7 @@ export interface RequestLogOptions {
   clock: Clock;
   /** Counted requests are written at least this often. */
   flushIntervalMs?: number;
-  /** Rollup rows per statement. */
+  /** Rollup rows per statement on a database server (at most IN_THREAD_BATCH_ROWS on PGlite). */
   batchSize?: number;
   /** Rollups kept while the database cannot be written; beyond this, new ones are dropped. */
   maxRollups?: number;
@@ -111,7 +112,7 @@ export class RequestLog {
     this.sql = options.sql;
     this.clock = options.clock;
     this.flushIntervalMs = options.flushIntervalMs ?? 1_000;
-    this.batchSize = options.batchSize ?? 500;
+    this.batchSize = batchRowsFor(options.sql, options.batchSize ?? 500);
     this.maxRollups = options.maxRollups ?? 100_000;
     this.retentionMs = options.retentionMs ?? 91 * DAY_MS;
     this.purgeIntervalMs = options.purgeIntervalMs ?? 3_600_000;
@@ -188,6 +189,7 @@ export class RequestLog {
     for (let i = 0; i < rows.length; i += this.batchSize) {
       const batch = rows.slice(i, i + this.batchSize);
       try {
+        if (i > 0) await betweenStatements(this.sql);
         await this.upsert(batch.map(([, rollup]) => rollup));
       } catch (error) {
         for (const [key, rollup] of rows.slice(i)) this.putBack(key, rollup);
