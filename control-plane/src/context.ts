@@ -136,7 +136,13 @@ export function createContext(
     proxy: proxyViewPart(proxy),
     metrics: metricsViewPart(clusterTelemetry.metrics),
   });
-  const datasets = createDatasets({ config, db, clock, logger: logger.child({ component: 'datasets' }) });
+  const datasets = createDatasets({
+    config,
+    db,
+    clock,
+    access: accounts.access,
+    logger: logger.child({ component: 'datasets' }),
+  });
   const endpoints = createEndpoints({
     db,
     clock,

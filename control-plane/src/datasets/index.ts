@@ -5,7 +5,7 @@ import type { Database } from '../db/index.ts';
 import { MultipartUploads } from './multipart.ts';
 import { DatasetProcessor } from './processing.ts';
 import { DatasetQuota } from './quota.ts';
-import { DatasetService } from './service.ts';
+import { DatasetService, type DatasetServiceOptions } from './service.ts';
 import { DatasetStorage } from './storage.ts';
 
 export { UPLOAD_BASE_PATH } from './view.ts';
@@ -23,10 +23,11 @@ export interface Datasets {
 export function createDatasets(options: {
   config: Config;
   db: Database;
+  access: DatasetServiceOptions['access'];
   clock: Clock;
   logger: Logger;
 }): Datasets {
-  const { config, db, clock, logger } = options;
+  const { config, db, clock, logger, access } = options;
   const storage = new DatasetStorage(config.datasetsDir);
   const quota = new DatasetQuota(db, config.datasetQuotaBytes);
   const processor = new DatasetProcessor({
@@ -40,6 +41,7 @@ export function createDatasets(options: {
   });
   const service = new DatasetService({
     db,
+    access,
     clock,
     storage,
     processor,

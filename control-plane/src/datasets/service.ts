@@ -1,7 +1,7 @@
 import type { Readable } from 'node:stream';
 import { ApiError, newId } from '@anvil/shared';
 import type { Logger } from 'pino';
-import type { Actor } from '../auth/access.ts';
+import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Dataset, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
@@ -49,6 +49,8 @@ export interface ListDatasetsQuery {
 
 export interface DatasetServiceOptions {
   db: Database;
+  /** Member-level permissions: datasets feed training, so the role's clusters scope covers them (roles.ts). */
+  access: Pick<AccessControl, 'require'>;
   clock: Clock;
   storage: DatasetStorage;
   processor: DatasetProcessor;
@@ -98,7 +100,13 @@ export class DatasetService {
     return this.options.db;
   }
 
+  /** The caller's role must hold `permission` on the clusters scope (a key's own scope is checked earlier). */
+  async requireAccess(actor: Actor, permission: 'read' | 'write'): Promise<void> {
+    await this.options.access.require(actor, { permission, scope: 'clusters' });
+  }
+
   async create(actor: Actor, input: CreateDatasetInput) {
+    await this.requireAccess(actor, 'write');
     const { clock, processor, tokenSeconds } = this.options;
     const name = input.name.trim();
     if (name === '') throw invalid('name', 'must not be blank');
@@ -162,6 +170,7 @@ export class DatasetService {
   }
 
   async get(actor: Actor, datasetId: string) {
+    await this.requireAccess(actor, 'read');
     const row = await this.find(actor.principal.accountId, datasetId);
     return this.view(row);
   }
@@ -175,6 +184,7 @@ export class DatasetService {
   }
 
   async list(actor: Actor, query: ListDatasetsQuery) {
+    await this.requireAccess(actor, 'read');
     const limit = query.limit ?? 50;
     const offset = query.offset ?? 0;
     const direction = query.order ?? 'desc';
@@ -207,6 +217,7 @@ export class DatasetService {
   }
 
   async update(actor: Actor, datasetId: string, input: UpdateDatasetInput) {
+    await this.requireAccess(actor, 'write');
     const row = await this.find(actor.principal.accountId, datasetId);
     const data: Prisma.DatasetUpdateManyMutationInput = {};
     if (input.name !== undefined) {
@@ -229,6 +240,7 @@ export class DatasetService {
   }
 
   async delete(actor: Actor, datasetId: string) {
+    await this.requireAccess(actor, 'write');
     const row = await this.find(actor.principal.accountId, datasetId);
     await this.assertNotUsedByTrainingJobs(row);
     // Rows first: a crash between the two leaves unreferenced files, never a dataset without bytes.

@@ -258,6 +258,32 @@ describe('training datasets API', () => {
     expect((await upload(mine.id, '{"a":1}\n', reader.key)).statusCode).toBe(403);
   });
 
+  it("applies the member's role: a viewer reads datasets but cannot create, change, delete or upload", async () => {
+    const dataset = await create({ name: 'owned', type: 'text', format: 'jsonl' });
+    const viewer = await addMember(t, { role: 'viewer' });
+    const developer = await addMember(t, { role: 'developer' });
+    expect((await json('GET', `/v2/training/datasets/${dataset.id}`, undefined, viewer.key)).statusCode).toBe(
+      200,
+    );
+    expect((await json('GET', '/v2/training/datasets', undefined, viewer.key)).statusCode).toBe(200);
+    const before = await t.context.db.prisma.dataset.count();
+    const refused = [
+      await json('POST', '/v2/training/datasets', { name: 'v', type: 'text', format: 'jsonl' }, viewer.key),
+      await json('PATCH', `/v2/training/datasets/${dataset.id}`, { name: 'renamed' }, viewer.key),
+      await json('DELETE', `/v2/training/datasets/${dataset.id}`, undefined, viewer.key),
+      // Its key may write in the training scope; the role still decides.
+      await upload(dataset.id, '{"text":"a"}\n', viewer.key),
+    ];
+    for (const res of refused) {
+      expect(res.statusCode, res.body).toBe(403);
+      expect(res.json()).toMatchObject({ error: 'INSUFFICIENT_PERMISSIONS' });
+    }
+    expect(await t.context.db.prisma.dataset.count()).toBe(before);
+    expect((await json('GET', `/v2/training/datasets/${dataset.id}`)).json().name).toBe('owned');
+    expect(await t.context.db.prisma.datasetVersion.count({ where: { datasetId: dataset.id } })).toBe(0);
+    await create({ name: 'by a developer', type: 'text', format: 'jsonl' }, developer.key);
+  });
+
   it('refuses the token of another dataset and an expired token; accepts a training write key', async () => {
     const a = await create({ name: 'A', type: 'text', format: 'jsonl' });
     const b = await create({ name: 'B', type: 'text', format: 'jsonl' });

@@ -5,13 +5,16 @@ import { UPLOAD_BASE_PATH } from '../../datasets/view.ts';
 /** The design choices the spec leaves open, written once and shown in the OpenAPI descriptions. */
 
 export const ACCESS =
-  'Needs a key with the training scope (read for GET, write otherwise). Datasets belong to the account: ' +
+  'Needs a key with the training scope (read for GET, write otherwise), held by a member whose role may read ' +
+  '(GET) or write (otherwise) in the clusters scope, which covers training (a viewer reads datasets, a ' +
+  'developer also creates them; else 403 INSUFFICIENT_PERMISSIONS). Datasets belong to the account: ' +
   "another account's dataset answers 404 DATASET_NOT_FOUND {datasetId}.";
 
 export const UPLOAD_AUTH =
   'Authorization: `Bearer <uploadToken>` (the token returned once at creation, valid for this dataset only ' +
   'until uploadTokenExpiresAt, ANVIL_DATASET_UPLOAD_TOKEN_SECONDS after creation, default 24 h) or `Bearer ' +
-  "<API key>` with write permission and the training scope, of the dataset's account. A wrong, expired or " +
+  "<API key>` with write permission and the training scope, of the dataset's account, whose member's role " +
+  'may write in the clusters scope (else 403 INSUFFICIENT_PERMISSIONS). A wrong, expired or ' +
   "other dataset's token answers 401 UNAUTHORIZED; a key of another account 404 DATASET_NOT_FOUND. These " +
   'routes check their credentials themselves and are not counted by the API rate limits.';
 

@@ -8,7 +8,8 @@ import { authorize } from '../../http/authorize.ts';
 /**
  * The upload routes are public to the request guard (an upload token is not an API key), so they
  * authenticate here: `Bearer dsu_…` opens its one dataset; anything else must be an API key that may
- * write in the training scope, and then the dataset must be of the key's account.
+ * write in the training scope, held by a member whose role may write datasets, and then the dataset
+ * must be of the key's account.
  */
 export async function datasetForUpload(
   context: AppContext,
@@ -23,6 +24,8 @@ export async function datasetForUpload(
   const principal = await context.keys.resolve(header);
   request.principal = principal;
   authorize(principal, request.method, 'training', false);
+  // The key may write in the training scope; its member's role must also allow writing datasets.
+  await context.datasets.service.requireAccess({ principal, ip: request.ip ?? null }, 'write');
   return context.datasets.service.find(principal.accountId, datasetId);
 }
 
