@@ -118,6 +118,8 @@ export const ERROR_STATUS = {
   EXPERIMENT_NOT_FOUND: 404,
   /** Not in the spec: a run id that is not a run of the experiment. */
   RUN_NOT_FOUND: 404,
+  /** Not in the spec: a download's Range starts beyond the file (the answer carries Content-Range bytes *\/size). */
+  RANGE_NOT_SATISFIABLE: 416,
   /** The training job is already a run of an experiment (details trainingJobId, existingExperimentId). */
   RUN_ALREADY_EXISTS: 409,
   /** Compare with fewer than 2 completed runs: the request is well formed, the experiment not ready. */

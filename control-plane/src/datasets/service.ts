@@ -47,6 +47,15 @@ export interface ListDatasetsQuery {
   order?: 'asc' | 'desc' | undefined;
 }
 
+export interface DatasetDownload {
+  path: string;
+  sizeBytes: number;
+  /** SHA-256 of the bytes, lowercase hex. */
+  checksum: string;
+  versionId: string;
+  fileName: string;
+}
+
 export interface DatasetServiceOptions {
   db: Database;
   /** Member-level permissions: datasets feed training, so the role's clusters scope covers them (roles.ts). */
@@ -167,6 +176,39 @@ export class DatasetService {
     const row = await this.db.prisma.dataset.findFirst({ where: { id: datasetId, accountId } });
     if (!row) throw notFound(datasetId);
     return row;
+  }
+
+  /**
+   * The stored bytes of one version (the newest when `versionId` is absent) for a download: where they
+   * are, how many, their SHA-256 and a file name made of the dataset's name and format.
+   */
+  async download(actor: Actor, datasetId: string, versionId?: string): Promise<DatasetDownload> {
+    await this.requireAccess(actor, 'read');
+    const row = await this.find(actor.principal.accountId, datasetId);
+    const version = await this.db.prisma.datasetVersion.findFirst({
+      where: { datasetId: row.id, ...(versionId ? { id: versionId } : {}) },
+      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+    });
+    if (!version) {
+      if (versionId) {
+        throw new ApiError('NOT_FOUND', `dataset ${datasetId} has no version ${versionId}`, {
+          datasetId,
+          versionId,
+        });
+      }
+      throw new ApiError('INVALID_STATE', `dataset ${datasetId} has no uploaded bytes yet (${row.status})`, {
+        datasetId,
+        status: row.status,
+      });
+    }
+    const base = row.name.replace(/[^A-Za-z0-9._-]+/g, '_').replace(/^[._]+/, '') || row.id;
+    return {
+      path: this.options.storage.versionPath(row.id, version.id),
+      sizeBytes: Number(version.sizeBytes),
+      checksum: version.checksum,
+      versionId: version.id,
+      fileName: `${base}.${row.format}`,
+    };
   }
 
   async get(actor: Actor, datasetId: string) {

@@ -284,6 +284,65 @@ describe('training datasets API', () => {
     await create({ name: 'by a developer', type: 'text', format: 'jsonl' }, developer.key);
   });
 
+  it('downloads a version whole, by range and by version id, with its checksum as ETag', async () => {
+    const dataset = await create({ name: 'my set/v1', type: 'text', format: 'jsonl' });
+    const empty = await json('GET', `/v2/training/datasets/${dataset.id}/download`);
+    expect(empty.statusCode, empty.body).toBe(400);
+    expect(empty.json()).toMatchObject({ error: 'INVALID_STATE', details: { datasetId: dataset.id } });
+    const first = '{"text":"first"}\n';
+    expect((await upload(dataset.id, first, dataset.uploadToken)).statusCode).toBe(202);
+    await settled(dataset.id);
+    const firstVersion = (await settled(dataset.id)).versions.at(-1).id as string;
+    const second = Array.from({ length: 50 }, (_, i) => `{"text":"line ${i}"}\n`).join('');
+    // Versions are ordered by creation time (the manual clock would otherwise give both the same).
+    clock.advance(1_000);
+    expect((await upload(dataset.id, second, t.ownerKey)).statusCode).toBe(202);
+    await settled(dataset.id);
+    const get = (headers: Record<string, string> = {}, query = '', key = reader.key) =>
+      t.app.inject({
+        method: 'GET',
+        url: `/v2/training/datasets/${dataset.id}/download${query}`,
+        headers: { authorization: `Bearer ${key}`, ...headers },
+      });
+
+    // The newest version, whole; a read-only training key and a viewer may download.
+    const whole = await get();
+    expect(whole.statusCode, whole.body).toBe(200);
+    expect(whole.rawPayload.equals(Buffer.from(second))).toBe(true);
+    expect(whole.headers).toMatchObject({
+      'content-type': 'application/octet-stream',
+      'content-length': String(Buffer.byteLength(second)),
+      etag: `"${sha256(second)}"`,
+      'x-content-sha256': sha256(second),
+      'accept-ranges': 'bytes',
+      'content-disposition': 'attachment; filename="my_set_v1.jsonl"',
+    });
+    const viewer = await addMember(t, { role: 'viewer' });
+    expect((await get({}, '', viewer.key)).statusCode).toBe(200);
+
+    const partial = await get({ range: 'bytes=5-24' });
+    expect(partial.statusCode).toBe(206);
+    expect(partial.body).toBe(second.slice(5, 25));
+    expect(partial.headers['content-range']).toBe(`bytes 5-24/${second.length}`);
+    expect((await get({ range: 'bytes=-7' })).body).toBe(second.slice(-7));
+
+    const beyond = await get({ range: `bytes=${second.length}-` });
+    expect(beyond.statusCode).toBe(416);
+    expect(beyond.headers['content-range']).toBe(`bytes */${second.length}`);
+    expect(beyond.json()).toMatchObject({ error: 'RANGE_NOT_SATISFIABLE' });
+
+    expect((await get({ 'if-none-match': `"${sha256(second)}"` })).statusCode).toBe(304);
+    const older = await get({}, `?version=${firstVersion}`);
+    expect(older.statusCode).toBe(200);
+    expect(older.body).toBe(first);
+    const unknown = await get({}, '?version=dsv_nosuchversion');
+    expect(unknown.statusCode).toBe(404);
+    expect(unknown.json()).toMatchObject({ error: 'NOT_FOUND', details: { versionId: 'dsv_nosuchversion' } });
+    expect((await get({}, '?version=../../etc')).statusCode).toBe(400);
+    // Another account's dataset does not exist for it.
+    expect((await get({}, '', other.key)).statusCode).toBe(404);
+  });
+
   it('refuses the token of another dataset and an expired token; accepts a training write key', async () => {
     const a = await create({ name: 'A', type: 'text', format: 'jsonl' });
     const b = await create({ name: 'B', type: 'text', format: 'jsonl' });

@@ -1,6 +1,8 @@
+import { ApiError } from '@anvil/shared';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.ts';
+import { parseByteRange } from '../../http/byte-range.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { actorOf } from '../accounts/common.ts';
 import { ACCESS, PROCESSING, UPLOADS } from './docs.ts';
@@ -12,6 +14,7 @@ import {
   DatasetParams,
   DatasetSummary,
   DeletedDataset,
+  DownloadQuery,
   ListQuery,
   UpdateDatasetBody,
 } from './schemas.ts';
@@ -83,6 +86,60 @@ export const datasetRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> =
       },
     },
     async (request) => datasets.get(actorOf(request), request.params.dataset_id),
+  );
+
+  app.get(
+    '/v2/training/datasets/:dataset_id/download',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Download the bytes of a dataset version',
+        description:
+          `${ACCESS} Not in the spec. Streams the stored bytes of the newest version, or of \`version\` ` +
+          '(dsv_…), as application/octet-stream with Content-Length, ETag "<sha256 hex>" (the version\'s ' +
+          'checksum), X-Content-SHA256 and Content-Disposition attachment (<name>.<format>). One byte range ' +
+          '(Range: bytes=a-b, a- or -n) answers 206 with Content-Range; a range starting past the end 416 ' +
+          'RANGE_NOT_SATISFIABLE with Content-Range bytes */<size>; several ranges or a malformed Range the ' +
+          'whole body (200). If-None-Match with the ETag answers 304. A dataset with no upload yet answers ' +
+          '400 INVALID_STATE {datasetId, status}; an unknown version 404 NOT_FOUND {datasetId, versionId}.',
+        params: DatasetParams,
+        querystring: DownloadQuery,
+        response: flatErrors(400, 401, 403, 404, 416, 429),
+      },
+    },
+    async (request, reply) => {
+      const file = await datasets.download(
+        actorOf(request),
+        request.params.dataset_id,
+        request.query.version,
+      );
+      const etag = `"${file.checksum}"`;
+      reply
+        .header('etag', etag)
+        .header('accept-ranges', 'bytes')
+        .header('x-content-sha256', file.checksum)
+        .header('content-disposition', `attachment; filename="${file.fileName}"`);
+      if (request.headers['if-none-match'] === etag) return reply.code(304).send();
+      const range = parseByteRange(request.headers.range, file.sizeBytes);
+      if (range === 'unsatisfiable') {
+        throw new ApiError(
+          'RANGE_NOT_SATISFIABLE',
+          `the dataset version is ${file.sizeBytes} bytes; the range asked for starts beyond them`,
+          { size: file.sizeBytes, range: request.headers.range },
+          { headers: { 'content-range': `bytes */${file.sizeBytes}` } },
+        );
+      }
+      reply.type('application/octet-stream');
+      if (!range) {
+        return reply.header('content-length', file.sizeBytes).send(context.datasets.storage.read(file.path));
+      }
+      return reply
+        .code(206)
+        .header('content-range', `bytes ${range.start}-${range.end}/${file.sizeBytes}`)
+        .header('content-length', range.end - range.start + 1)
+        .send(context.datasets.storage.read(file.path, range));
+    },
   );
 
   app.patch(

@@ -12,6 +12,19 @@ const FreeObject = Type.Object({}, { additionalProperties: true, maxProperties: 
 const Count = Type.Integer({ minimum: 0 });
 
 export const DatasetParams = Type.Object({ dataset_id: DatasetId });
+export const DownloadQuery = Type.Object(
+  {
+    version: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 64,
+        pattern: '^dsv_[a-z0-9]+$',
+        description: 'A version id (dsv_…, from versions[].id); the newest version when absent',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
 export const UploadParams = Type.Object({ dataset_id: DatasetId, upload_id: UploadId });
 export const PartParams = Type.Object({
   dataset_id: DatasetId,
