@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig } from './config.ts';
 import { createLogger } from './logger.ts';
+import { missingNodeFlags } from './node-flags.ts';
 import { startServer } from './server.ts';
 
 async function main(): Promise<void> {
@@ -14,6 +15,13 @@ async function main(): Promise<void> {
     throw error;
   }
   const logger = createLogger(config.logLevel);
+  const missing = missingNodeFlags();
+  if (missing.length > 0) {
+    logger.warn(
+      { missing_node_flags: missing },
+      'started without the V8 flags npm start passes (control-plane/src/node-flags.ts): expect longer garbage-collection pauses under load',
+    );
+  }
   const server = await startServer(config, logger);
 
   const shutdown = (signal: string) => {

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { CONTROL_PLANE_NODE_FLAGS } from './node-flags.ts';
+import { CONTROL_PLANE_NODE_FLAGS, missingNodeFlags } from './node-flags.ts';
 import { REPO_ROOT } from './testing/process.ts';
 
 const run = promisify(execFile);
@@ -29,5 +29,11 @@ describe('control-plane V8 flags', () => {
     const flagged = Number((await run(process.execPath, [...CONTROL_PLANE_NODE_FLAGS, '-e', script])).stdout);
     // 3 semi-spaces' worth (two for copying, one for promotion headroom) more than the 16 MiB default.
     expect(flagged - plain).toBeGreaterThanOrEqual(3 * 48 * 1024 * 1024);
+  });
+
+  it('names the flags a process lacks, from its command line or NODE_OPTIONS', () => {
+    expect(missingNodeFlags(['--import', 'tsx'], undefined)).toEqual([...CONTROL_PLANE_NODE_FLAGS]);
+    expect(missingNodeFlags([...CONTROL_PLANE_NODE_FLAGS, '--import', 'tsx'], undefined)).toEqual([]);
+    expect(missingNodeFlags([], `--enable-source-maps ${CONTROL_PLANE_NODE_FLAGS.join(' ')}`)).toEqual([]);
   });
 });

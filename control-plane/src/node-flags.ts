@@ -11,3 +11,16 @@
  * of young generation, committed only as it is used.
  */
 export const CONTROL_PLANE_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=64'];
+
+/**
+ * The flags of CONTROL_PLANE_NODE_FLAGS this process was not started with, looked for where Node takes
+ * them from: its command line (`execArgv`) and NODE_OPTIONS. A service manager that runs
+ * `node control-plane/src/main.ts` without them gets a warning at start-up naming them.
+ */
+export function missingNodeFlags(
+  execArgv: readonly string[] = process.execArgv,
+  nodeOptions: string | undefined = process.env['NODE_OPTIONS'],
+): string[] {
+  const given = new Set([...execArgv, ...(nodeOptions ?? '').split(/\s+/)]);
+  return CONTROL_PLANE_NODE_FLAGS.filter((flag) => !given.has(flag));
+}

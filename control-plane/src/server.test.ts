@@ -33,15 +33,18 @@ describe('control plane process', () => {
     rmSync(dataDir, { recursive: true, force: true });
   });
 
-  async function start(env: Record<string, string> = {}) {
+  async function start(env: Record<string, string> = {}, nodeFlags?: readonly string[]) {
     const port = await freePort();
-    const proc = spawnControlPlane({
-      PORT: String(port),
-      ANVIL_HOST: '127.0.0.1',
-      ANVIL_DATA_DIR: dataDir,
-      ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
-      ...env,
-    });
+    const proc = spawnControlPlane(
+      {
+        PORT: String(port),
+        ANVIL_HOST: '127.0.0.1',
+        ANVIL_DATA_DIR: dataDir,
+        ...(databaseUrl ? { DATABASE_URL: databaseUrl } : {}),
+        ...env,
+      },
+      nodeFlags ? { nodeFlags } : {},
+    );
     running.push(proc);
     await proc.waitForOutput(/control plane listening/);
     return { proc, base: `http://127.0.0.1:${port}` };
@@ -62,6 +65,8 @@ describe('control plane process', () => {
     expect(verify.headers.get('x-request-id')).toBe('trace-123');
     expect(await verify.json()).toMatchObject({ valid: true, permissions: ['read', 'write'] });
     expect(proc.stdout()).toContain('"request_id":"trace-123"');
+    // Started as npm start starts it: no warning about missing V8 flags.
+    expect(proc.stdout()).not.toContain('missing_node_flags');
     expect((await fetch(`${base}/readyz`)).status).toBe(200);
 
     // An upload still arriving when SIGTERM lands must complete, then the process exits cleanly.
@@ -96,8 +101,10 @@ describe('control plane process', () => {
   });
 
   it('keeps every row across a restart and never creates a second owner key', async () => {
-    const { proc, base } = await start();
+    // Restarted by a plain `node` (as a hand-written service unit might): it runs, and says what it lacks.
+    const { proc, base } = await start({}, []);
     expect(proc.stdout()).not.toContain('Owner API key');
+    expect(proc.stdout()).toMatch(/"missing_node_flags":\["--max-semi-space-size=64"\]/);
     const list = await fetch(`${base}/v2/auth/api-keys`, {
       headers: { authorization: `Bearer ${ownerKey}` },
     });

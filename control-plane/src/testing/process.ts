@@ -26,10 +26,16 @@ export interface ControlPlaneProcess {
   waitForOutput(pattern: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>;
 }
 
-/** Runs the real control plane (`npm start`'s entry point) as a child process. */
-export function spawnControlPlane(env: Record<string, string>): ControlPlaneProcess {
+/**
+ * Runs the real control plane (`npm start`'s entry point) as a child process, with npm start's V8
+ * flags unless `nodeFlags` says otherwise.
+ */
+export function spawnControlPlane(
+  env: Record<string, string>,
+  { nodeFlags = CONTROL_PLANE_NODE_FLAGS }: { nodeFlags?: readonly string[] } = {},
+): ControlPlaneProcess {
   const entry = join(REPO_ROOT, 'control-plane/src/main.ts');
-  const child = spawn(process.execPath, [...CONTROL_PLANE_NODE_FLAGS, '--import', 'tsx', entry], {
+  const child = spawn(process.execPath, [...nodeFlags, '--import', 'tsx', entry], {
     cwd: REPO_ROOT,
     // No local agent unless a test asks for one (ANVIL_LOCAL_AGENT=1).
     env: {
