@@ -52,7 +52,6 @@ export interface DatasetDownload {
   sizeBytes: number;
   /** SHA-256 of the bytes, lowercase hex. */
   checksum: string;
-  versionId: string;
   fileName: string;
 }
 
@@ -179,16 +178,17 @@ export class DatasetService {
   }
 
   /**
-   * The stored bytes of one version (the newest when `versionId` is absent) for a download: where they
+   * The stored bytes of one version (the current one when `versionId` is absent) for a download: where they
    * are, how many, their SHA-256 and a file name made of the dataset's name and format.
    */
   async download(actor: Actor, datasetId: string, versionId?: string): Promise<DatasetDownload> {
     await this.requireAccess(actor, 'read');
     const row = await this.find(actor.principal.accountId, datasetId);
-    const version = await this.db.prisma.datasetVersion.findFirst({
-      where: { datasetId: row.id, ...(versionId ? { id: versionId } : {}) },
-      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
-    });
+    // Without a version asked for, the dataset's current one: what training jobs read (dataset-files.ts).
+    const wanted = versionId ?? row.currentVersionId;
+    const version = wanted
+      ? await this.db.prisma.datasetVersion.findFirst({ where: { datasetId: row.id, id: wanted } })
+      : null;
     if (!version) {
       if (versionId) {
         throw new ApiError('NOT_FOUND', `dataset ${datasetId} has no version ${versionId}`, {
@@ -206,7 +206,6 @@ export class DatasetService {
       path: this.options.storage.versionPath(row.id, version.id),
       sizeBytes: Number(version.sizeBytes),
       checksum: version.checksum,
-      versionId: version.id,
       fileName: `${base}.${row.format}`,
     };
   }

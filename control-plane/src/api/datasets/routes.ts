@@ -96,7 +96,7 @@ export const datasetRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> =
         tags,
         summary: 'Download the bytes of a dataset version',
         description:
-          `${ACCESS} Not in the spec. Streams the stored bytes of the newest version, or of \`version\` ` +
+          `${ACCESS} Not in the spec. Streams the stored bytes of the current version (currentVersionId, the latest upload), or of \`version\` ` +
           '(dsv_…), as application/octet-stream with Content-Length, ETag "<sha256 hex>" (the version\'s ' +
           'checksum), X-Content-SHA256 and Content-Disposition attachment (<name>.<format>). One byte range ' +
           '(Range: bytes=a-b, a- or -n) answers 206 with Content-Range; a range starting past the end 416 ' +

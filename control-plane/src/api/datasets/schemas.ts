@@ -19,7 +19,8 @@ export const DownloadQuery = Type.Object(
         minLength: 1,
         maxLength: 64,
         pattern: '^dsv_[a-z0-9]+$',
-        description: 'A version id (dsv_…, from versions[].id); the newest version when absent',
+        description:
+          'A version id (dsv_…, from versions[].id); the current version (currentVersionId) when absent',
       }),
     ),
   },
