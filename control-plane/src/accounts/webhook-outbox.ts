@@ -131,14 +131,20 @@ export class WebhookOutbox {
     return rows[0]?.n ?? 0;
   }
 
+  /**
+   * Claims due events. "Now" is rounded to milliseconds as the columns are: PostgreSQL rounds a time stored
+   * in TIMESTAMPTZ(3) to the nearest millisecond, so an event made due at clock_timestamp() may be stored up
+   * to 0.5 ms ahead of it, and compared with the unrounded clock it would wait for the next pass. Rounding
+   * both sides keeps "due now" due now (rounding never reorders times).
+   */
   private claim(): Promise<EventRow[]> {
     return this.deps.db.sql.query<EventRow>(
       `UPDATE webhook_events
           SET lease_until = clock_timestamp() + make_interval(secs => $1), attempts = attempts + 1
         WHERE id IN (
           SELECT id FROM webhook_events
-           WHERE delivery = 'pending' AND next_attempt_at <= clock_timestamp()
-             AND (lease_until IS NULL OR lease_until <= clock_timestamp())
+           WHERE delivery = 'pending' AND next_attempt_at <= clock_timestamp()::timestamptz(3)
+             AND (lease_until IS NULL OR lease_until <= clock_timestamp()::timestamptz(3))
            ORDER BY id LIMIT $2
            FOR UPDATE SKIP LOCKED)
         RETURNING id::text AS id, account_id, type, data, occurred_at, attempts`,
