@@ -12,7 +12,7 @@ import { dockerAvailable, removeTestContainers, testDocker } from '../../../test
 import { systemClock } from '../clock.ts';
 import { buildCreateOptions } from '../docker/container-config.ts';
 import { specHash } from '../docker/labels.ts';
-import { createContainerRuntime } from '../docker/runtime.ts';
+import { type ContainerRuntime, createContainerRuntime } from '../docker/runtime.ts';
 import type { PullReport } from './image-puller.ts';
 import { type ActualReport, type ContainerStateChange, Reconciler } from './reconciler.ts';
 
@@ -20,12 +20,16 @@ const run = randomBytes(4).toString('hex');
 let volumeRoot: string;
 let docker: Dockerode;
 
-function setup(hostId: string, passRetryMs = 200) {
+function setup(
+  hostId: string,
+  passRetryMs = 200,
+  runtime: ContainerRuntime = createContainerRuntime(docker),
+) {
   const changes: ContainerStateChange[] = [];
   const reports: ActualReport[] = [];
   const pulls: PullReport[] = [];
   const reconciler = new Reconciler({
-    runtime: createContainerRuntime(docker),
+    runtime,
     hostId,
     volumeRoot,
     gpuMode: 'env-only',
@@ -246,6 +250,39 @@ describe.skipIf(!dockerAvailable())('reconciler against the real Docker engine',
     const [svc, done] = reconciler.report().workloads;
     expect(svc).toMatchObject({ phase: 'running', containerId: serviceId });
     expect(done).toMatchObject({ phase: 'exited', exitCode: 3 });
+  });
+
+  it('reports a workload running again at once, not after the retry delay of the start that failed', async () => {
+    const hostId = newHost('back');
+    // The engine refuses the first start, as a dockerd shutting down does; the retry is 30 s away.
+    const real = createContainerRuntime(docker);
+    let refusals = 1;
+    const runtime: ContainerRuntime = {
+      ...real,
+      start: async (id) => {
+        if (refusals-- > 0) throw new Error('Error response from daemon: the engine is shutting down');
+        return real.start(id);
+      },
+    };
+    const { reconciler, changes } = setup(hostId, 200, runtime);
+    const spec = workloadSpec(wid('back'), { restartPolicy: { name: 'always', maxRetries: 0 } });
+    await converge(reconciler, 1, [spec]);
+    expect(reconciler.report().workloads[0]).toMatchObject({
+      phase: 'failed',
+      error: expect.stringMatching(/shutting down/),
+    });
+    const [created] = await containersOf(hostId);
+
+    // The container runs again without us (the engine's restart as it came back, or an operator).
+    await docker.getContainer(created!.Id).start();
+    reconciler.trigger();
+    await reconciler.idle();
+    expect(reconciler.report().workloads[0]).toMatchObject({
+      phase: 'running',
+      containerId: created!.Id,
+      error: null,
+    });
+    expect(changes.at(-1)).toMatchObject({ workloadId: wid('back'), phase: 'running' });
   });
 
   it('reports a clear error when the image cannot be pulled', async () => {
