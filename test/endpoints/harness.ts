@@ -17,7 +17,9 @@ export async function workerCommand(port = 8000): Promise<string[]> {
   return [
     'sh',
     '-c',
-    `mkdir -p /srv && echo ${script} | base64 -d > /srv/worker.sh && chmod +x /srv/worker.sh && exec nc -ll -p ${port} -e /srv/worker.sh`,
+    // The shell stays PID 1 and ends on SIGTERM, as a real worker does: nc as PID 1 would ignore it, and
+    // every stop would wait out the 10 s grace period before Docker kills it.
+    `mkdir -p /srv && echo ${script} | base64 -d > /srv/worker.sh && chmod +x /srv/worker.sh && trap 'exit 0' TERM && { nc -ll -p ${port} -e /srv/worker.sh & wait; }`,
   ];
 }
 
