@@ -5,6 +5,7 @@ import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Dataset, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { listOrderBy } from '../util/list-order.ts';
 import { checkDatasetUrl } from './fetch-url.ts';
 import { DATASET_FORMATS, type DatasetType, isDatasetFormat } from './formats.ts';
 import type { DatasetProcessor } from './processing.ts';
@@ -234,19 +235,13 @@ export class DatasetService {
       ...(query.type ? { type: query.type } : {}),
       ...(query.status ? { status: query.status } : {}),
     };
-    const primary: Prisma.DatasetOrderByWithRelationInput =
-      query.sort === 'name'
-        ? { name: direction }
-        : query.sort === 'updated_at'
-          ? { updatedAt: direction }
-          : query.sort === 'size'
-            ? { sizeBytes: { sort: direction, nulls: 'last' } }
-            : { createdAt: direction };
     const [total, rows] = await Promise.all([
       this.db.prisma.dataset.count({ where }),
       this.db.prisma.dataset.findMany({
         where,
-        orderBy: [primary, { id: direction }],
+        orderBy: listOrderBy(query.sort, direction, {
+          size: { sizeBytes: { sort: direction, nulls: 'last' as const } },
+        }),
         take: limit,
         skip: offset,
       }),

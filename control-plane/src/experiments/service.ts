@@ -5,6 +5,7 @@ import type { Clock } from '../auth/clock.ts';
 import type { Experiment, ExperimentRun, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { ParameterValue } from '../training/summary.ts';
+import { listOrderBy } from '../util/list-order.ts';
 import { type Baseline, experimentInsights, experimentStatistics } from './analysis.ts';
 import { compareRuns } from './compare.ts';
 import { EXPORT_SECTIONS, type ExportSection, runsCsv } from './csv.ts';
@@ -223,17 +224,11 @@ export class ExperimentService {
       ...(query.status ? { status: query.status } : {}),
       ...(tags.length > 0 ? { tags: { hasEvery: tags } } : {}),
     };
-    const primary: Prisma.ExperimentOrderByWithRelationInput =
-      query.sort === 'name'
-        ? { name: direction }
-        : query.sort === 'updated_at'
-          ? { updatedAt: direction }
-          : { createdAt: direction };
     const [total, rows] = await Promise.all([
       this.db.prisma.experiment.count({ where }),
       this.db.prisma.experiment.findMany({
         where,
-        orderBy: [primary, { id: direction }],
+        orderBy: listOrderBy(query.sort, direction),
         take: limit,
         skip: offset,
       }),

@@ -6,6 +6,7 @@ import { Prisma, type TrainingJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
 import { syncCapacity } from '../scheduler/capacity.ts';
+import { listOrderBy } from '../util/list-order.ts';
 import { type CreateJobRequest, type JobInput, jobInputOf } from './config.ts';
 import { CHECKPOINT_DIR } from './contract.ts';
 import { type Launcher, type LaunchOutcome, type PlacedWorker, workerSpec } from './launcher.ts';
@@ -269,17 +270,11 @@ export class TrainingService {
       ...(query.modelType ? { modelType: query.modelType } : {}),
       ...(query.tuneId ? { tuneId: query.tuneId } : {}),
     };
-    const primary: Prisma.TrainingJobOrderByWithRelationInput =
-      query.sort === 'name'
-        ? { name: direction }
-        : query.sort === 'updated_at'
-          ? { updatedAt: direction }
-          : { createdAt: direction };
     const [total, rows] = await Promise.all([
       this.db.prisma.trainingJob.count({ where }),
       this.db.prisma.trainingJob.findMany({
         where,
-        orderBy: [primary, { id: direction }],
+        orderBy: listOrderBy(query.sort, direction),
         take: limit,
         skip: offset,
       }),
