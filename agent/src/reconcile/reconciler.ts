@@ -314,10 +314,8 @@ export class Reconciler {
       if (failure && failure.hash !== hash) this.#failures.delete(id);
       const waiting = this.#failures.get(id);
       // A container running again (the engine restarted it as it came back, or someone started it) ends the
-      // wait at once: the workload is running, whatever the attempt before it said.
-      if (waiting && current?.state === 'running') {
-        this.#failures.delete(id);
-      } else if (waiting && clock.now() < waiting.retryAt) {
+      // wait at once: it is reported as it is, and the failure is cleared below like any converged one.
+      if (waiting && current?.state !== 'running' && clock.now() < waiting.retryAt) {
         // The pass that woke us may be an earlier failure's retry: make sure this one gets its own.
         this.#scheduleRetry(waiting.retryAt - clock.now());
         const details = current ? await runtime.inspect(current.id) : null;
