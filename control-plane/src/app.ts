@@ -37,6 +37,7 @@ import { requestIdFor } from './http/request-id.ts';
 import { installRequestLog } from './http/request-log.ts';
 import { deferredChildLogger } from './http/request-logger.ts';
 import { buildSerializer, buildValidator } from './http/validation.ts';
+import { invitePageRoutes } from './invite-page/routes.ts';
 
 export interface BuildAppOptions {
   context: AppContext;
@@ -94,6 +95,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
 
   await app.register(healthRoutes, { context });
   await app.register(dashboardRoutes);
+  await app.register(invitePageRoutes, { context });
   await app.register(apiKeyRoutes, { context });
   await app.register(accountRoutes, { context });
   await app.register(rateLimitRoutes, { context });

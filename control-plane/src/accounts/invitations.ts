@@ -34,6 +34,17 @@ export interface AcceptInput {
 
 export type EmailDelivery = 'sent' | 'not_configured' | 'failed';
 
+export interface InvitationPreview {
+  email: string;
+  role: string;
+  /** null when the account row is gone (the invitation goes with it, so only in a race). */
+  accountName: string | null;
+  /** The inviter's name, else e-mail; null when that member is gone. */
+  invitedBy: string | null;
+  message: string | null;
+  expiresAt: Date;
+}
+
 /** Days an invitation stays valid for `expiresIn` (1d, 7d or 30d; default 7d). */
 function lifetimeDays(expiresIn: string | undefined): number {
   const lifetime = expiresIn ?? '7d';
@@ -276,9 +287,12 @@ export class InvitationService {
     return viewInvitation(updated, now);
   }
 
-  async accept(token: string, input: AcceptInput, ip: string | null) {
-    const { db, clock, access, apiKeys } = this.deps;
-    const row = await db.prisma.invitation.findUnique({ where: { tokenHash: hashToken(token) } });
+  /**
+   * The pending invitation a token names, or the error accepting it would give: what the invitation page
+   * shows before the invitee accepts. Reading it changes nothing (link previewers fetch such URLs).
+   */
+  private async pendingByToken(token: string): Promise<Invitation> {
+    const row = await this.deps.db.prisma.invitation.findUnique({ where: { tokenHash: hashToken(token) } });
     if (!row) {
       throw new ApiError(
         'INVITATION_NOT_FOUND',
@@ -286,19 +300,45 @@ export class InvitationService {
         {},
       );
     }
-    const now = clock.now();
     if (row.status !== 'sent' && row.status !== 'resent') {
       throw new ApiError('INVITATION_NOT_PENDING', `this invitation is ${row.status}`, {
         invitationId: row.id,
         status: row.status,
       });
     }
-    if (row.expiresAt <= now) {
+    if (row.expiresAt <= this.deps.clock.now()) {
       throw new ApiError('INVITATION_EXPIRED', 'this invitation has expired; ask for it to be resent', {
         invitationId: row.id,
         expiredAt: row.expiresAt.toISOString(),
       });
     }
+    return row;
+  }
+
+  /** Who invites whom to what, for the invitation page: read from the invitation, its account and inviter. */
+  async preview(token: string): Promise<InvitationPreview> {
+    const row = await this.pendingByToken(token);
+    const [account, inviter] = await Promise.all([
+      this.deps.db.prisma.account.findUnique({ where: { id: row.accountId }, select: { name: true } }),
+      this.deps.db.prisma.user.findUnique({
+        where: { id: row.invitedById },
+        select: { name: true, email: true },
+      }),
+    ]);
+    return {
+      email: row.email,
+      role: row.role,
+      accountName: account?.name ?? null,
+      invitedBy: inviter ? (inviter.name ?? inviter.email) : null,
+      message: row.message,
+      expiresAt: row.expiresAt,
+    };
+  }
+
+  async accept(token: string, input: AcceptInput, ip: string | null) {
+    const { db, clock, access, apiKeys } = this.deps;
+    const row = await this.pendingByToken(token);
+    const now = clock.now();
     const resolved = await access.resolveRoleOf(row.accountId, row.role);
     const user = await db.prisma.$transaction(async (tx) => {
       const claimed = await tx.invitation.updateMany({

@@ -41,8 +41,8 @@ const inviteFields = {
 const INVITE_DESCRIPTION =
   "Needs manage_team. The role (and extra permissions) may not reach beyond the caller's own (403). " +
   'An address that is already a member, or has a pending invitation, answers 409 MEMBER_ALREADY_EXISTS. ' +
-  'inviteUrl is <ANVIL_PUBLIC_URL>/invite/<token>: the console page for it posts the token to ' +
-  'POST /v2/accounts/team/invitations/{token}/accept. When ANVIL_SMTP_URL is set the invitation is also ' +
+  'inviteUrl is <ANVIL_PUBLIC_URL>/invite/<token>: a page served by the control plane that shows the ' +
+  'invitation and, on its form, accepts it as POST /v2/accounts/team/invitations/{token}/accept does. When ANVIL_SMTP_URL is set the invitation is also ' +
   'e-mailed (emailDelivery tells how that went).';
 
 const EmailDelivery = Type.Union([
