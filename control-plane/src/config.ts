@@ -49,6 +49,8 @@ export interface Config {
   sshHost: string;
   /** How often usage alerts and billing.cost_alerts are evaluated (seconds; 0 = never on a timer). */
   usageAlertSeconds: number;
+  /** USD per GB (10^9 bytes) of data transfer through tunnels and dataset downloads; 0 meters for free. */
+  transferPricePerGb: number;
   /** Where training datasets' bytes are stored (default <dataDir>/datasets). */
   datasetsDir: string;
   /** Largest dataset accepted, in bytes, however it arrives (single PUT, multipart, URL). */
@@ -83,6 +85,13 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   if (value < min || value > max)
     throw new ConfigError(name, `must be between ${min} and ${max}, got ${value}`);
   return value;
+}
+
+function price(env: Env, name: string): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return 0;
+  if (!/^\d+(\.\d+)?$/.test(raw)) throw new ConfigError(name, `must be a number >= 0 (USD), got "${raw}"`);
+  return Number(raw);
 }
 
 const EMAIL = /^[^\s@]+@[^\s@]+$/;
@@ -242,6 +251,7 @@ export function loadConfig(env: Env = process.env): Config {
     sshPort: integer(env, 'ANVIL_SSH_PORT', 2222, 0, 65535),
     sshHost: sshHostOf(env, publicUrl),
     usageAlertSeconds: integer(env, 'ANVIL_USAGE_ALERT_SECONDS', 300, 0, 86_400),
+    transferPricePerGb: price(env, 'ANVIL_TRANSFER_PRICE_PER_GB'),
     datasetsDir: env['ANVIL_DATASETS_DIR']
       ? resolve(env['ANVIL_DATASETS_DIR'])
       : resolve(dataDir, 'datasets'),

@@ -22,6 +22,7 @@ import { createTraining, type Training } from './training/index.ts';
 import { ApiUsageService } from './usage/api-usage.ts';
 import { RequestLog } from './usage/request-log.ts';
 import { createUsageServices, type UsageServices } from './usage/service.ts';
+import { TransferMeter } from './usage/transfer-meter.ts';
 
 /** The domain services the HTTP layer calls; built once per process, started and stopped with it. */
 export interface AppContext {
@@ -43,6 +44,8 @@ export interface AppContext {
   templates: TemplateService;
   /** Usage and cost reports, usage alert rules and their scheduled evaluation (with billing.cost_alerts). */
   usage: UsageServices;
+  /** Data transfer through tunnels and dataset downloads, written as usage records. */
+  transfer: TransferMeter;
   /** HTTPS port proxy: configuration API, gateway (started by server.ts, not by start()), health checks. */
   proxy: ProxyService;
   /** SSH keys, the SSH relay (listening only in a started server: server.ts) and `ssh_connection`. */
@@ -77,7 +80,13 @@ export function createContext(
   const apiKeys = new ApiKeyService(db, clock, keys);
   const requestLog = new RequestLog({ sql: db.sql, clock });
   const accounts = createAccountServices({ config, db, clock, keys, apiKeys, logger });
-  const fleet = createFleet(config, db, clock);
+  const transfer = new TransferMeter({
+    db,
+    clock,
+    logger: logger.child({ component: 'transfer-meter' }),
+    pricePerGb: config.transferPricePerGb,
+  });
+  const fleet = createFleet(config, db, clock, { tunnelMeter: transfer });
   const secrets = createSecrets({
     config,
     db,
@@ -168,6 +177,7 @@ export function createContext(
     secrets: secrets.service,
     templates,
     usage,
+    transfer,
     clusters,
     clusterTelemetry,
     proxy,
@@ -219,6 +229,8 @@ export function createContext(
       await clusters.stop();
       clusterTelemetry.stop();
       await context.fleet.stop();
+      // After the tunnels closed: their last bytes are written.
+      await transfer.stop();
       await keys.stop();
       await context.rateLimits.stop();
       await requestLog.stop();

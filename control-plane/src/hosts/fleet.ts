@@ -5,7 +5,7 @@ import type { Config } from '../config.ts';
 import type { Database } from '../db/index.ts';
 import { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import { type TelemetryOptions, TelemetryService } from '../telemetry/telemetry.ts';
-import { TunnelService } from '../tunnels/service.ts';
+import { type TunnelMeter, TunnelService } from '../tunnels/service.ts';
 import { WorkloadService } from '../workloads/workloads.ts';
 import { FleetEvents } from './events.ts';
 import { HostService } from './hosts.ts';
@@ -30,6 +30,8 @@ export interface Fleet {
 
 export interface FleetOptions {
   telemetry?: TelemetryOptions;
+  /** Meters the bytes every tunnel carries (data transfer usage). */
+  tunnelMeter?: TunnelMeter;
   gateway?: Partial<
     Pick<
       AgentGatewayOptions,
@@ -60,7 +62,12 @@ export function createFleet(
     metrics,
     ...options.gateway,
   });
-  const tunnels = new TunnelService({ agents, workloads, hosts });
+  const tunnels = new TunnelService({
+    agents,
+    workloads,
+    hosts,
+    ...(options.tunnelMeter ? { meter: options.tunnelMeter } : {}),
+  });
   agents.useTunnelEndpoint(tunnels);
   metrics.useSources({ db, clock, connectedAgents: () => agents.connectedCount });
   return {

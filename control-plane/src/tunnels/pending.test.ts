@@ -1,8 +1,9 @@
+import type { Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import type { WebSocket } from 'ws';
 import { PendingTunnels, type TunnelSocket } from './pending.ts';
 
-const fakeSocket: TunnelSocket = { kind: 'websocket', ws: {} as WebSocket };
+const fakeSocket: TunnelSocket = { kind: 'websocket', ws: {} as WebSocket, socket: {} as Socket };
 
 describe('PendingTunnels', () => {
   it('hands the socket over to the first claim with the right token, once', async () => {

@@ -3,7 +3,10 @@ import type { Socket } from 'node:net';
 import type { WebSocket } from 'ws';
 
 /** How the agent's tunnel connection arrived: a WebSocket (framed) or a raw upgraded socket. */
-export type TunnelSocket = { kind: 'websocket'; ws: WebSocket } | { kind: 'raw'; socket: Socket };
+/** A claimed tunnel connection; `socket` is the connection under it either way (for metering). */
+export type TunnelSocket =
+  | { kind: 'websocket'; ws: WebSocket; socket: Socket }
+  | { kind: 'raw'; socket: Socket };
 
 /** Closes an agent's tunnel connection that nobody will use. */
 export function discardTunnelSocket(claimed: TunnelSocket): void {

@@ -25,8 +25,14 @@ export interface TunnelCommandSender {
   sendCommand(hostId: string, command: CommandBody, timeoutMs?: number): Promise<unknown>;
 }
 
+/** Counts what a tunnel carries, both directions, until its socket closes (usage/transfer-meter.ts). */
+export interface TunnelMeter {
+  trackSocket(workloadId: string, channel: string, socket: Socket): void;
+}
+
 export interface TunnelServiceOptions {
   agents: TunnelCommandSender;
+  meter?: TunnelMeter;
   workloads: Pick<WorkloadService, 'get'>;
   hosts: Pick<HostService, 'authenticate'>;
   /** How long the agent has to connect the target and open the tunnel socket. */
@@ -171,6 +177,8 @@ export class TunnelService implements TunnelOpener {
       }
       this.#logger.debug({ hostId, workloadId, kind: target.kind, transport: claimed.kind }, 'tunnel open');
       if (claimed.kind === 'raw') this.#trackRaw(claimed.socket, { hostId, workloadId });
+      // Stream tunnels carry the proxy's and port forwards' bytes; exec tunnels shells, scp and sftp.
+      this.#o.meter?.trackSocket(workloadId, target.kind, claimed.socket);
       return claimed;
     } catch (error) {
       ticket.cancel(error as Error);
@@ -228,7 +236,9 @@ export class TunnelService implements TunnelOpener {
           return;
         }
         socket.off('error', onError);
-        this.#wss.handleUpgrade(request, socket, head, (ws) => outcome.accept({ kind: 'websocket', ws }));
+        this.#wss.handleUpgrade(request, socket, head, (ws) =>
+          outcome.accept({ kind: 'websocket', ws, socket: socket as Socket }),
+        );
       },
       (error: unknown) => {
         this.#logger.error({ err: error }, 'checking a tunnel socket failed');

@@ -109,11 +109,8 @@ export const datasetRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> =
       },
     },
     async (request, reply) => {
-      const file = await datasets.download(
-        actorOf(request),
-        request.params.dataset_id,
-        request.query.version,
-      );
+      const actor = actorOf(request);
+      const file = await datasets.download(actor, request.params.dataset_id, request.query.version);
       const etag = `"${file.checksum}"`;
       reply
         .header('etag', etag)
@@ -131,14 +128,28 @@ export const datasetRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> =
         );
       }
       reply.type('application/octet-stream');
-      if (!range) {
-        return reply.header('content-length', file.sizeBytes).send(context.datasets.storage.read(file.path));
-      }
+      const body = context.datasets.storage.read(file.path, range ?? undefined);
+      // Data transfer usage: the bytes that left for this response, counted when it ends (sent or cut).
+      let sent = 0;
+      body.on('data', (chunk: Buffer) => {
+        sent += chunk.length;
+      });
+      const { accountId } = actor.principal;
+      reply.raw.once('close', () =>
+        context.transfer.recordResource(
+          accountId,
+          'dataset',
+          request.params.dataset_id,
+          'dataset_download',
+          sent,
+        ),
+      );
+      if (!range) return reply.header('content-length', file.sizeBytes).send(body);
       return reply
         .code(206)
         .header('content-range', `bytes ${range.start}-${range.end}/${file.sizeBytes}`)
         .header('content-length', range.end - range.start + 1)
-        .send(context.datasets.storage.read(file.path, range));
+        .send(body);
     },
   );
 
