@@ -51,6 +51,10 @@ export interface Config {
   usageAlertSeconds: number;
   /** USD per GB (10^9 bytes) of data transfer through tunnels and dataset downloads; 0 meters for free. */
   transferPricePerGb: number;
+  /** USD per GB-hour of stored datasets; 0 meters for free. */
+  storagePricePerGbHour: number;
+  /** Seconds between storage metering passes (0 = no timer). */
+  storageMeterSeconds: number;
   /** Where training datasets' bytes are stored (default <dataDir>/datasets). */
   datasetsDir: string;
   /** Largest dataset accepted, in bytes, however it arrives (single PUT, multipart, URL). */
@@ -252,6 +256,8 @@ export function loadConfig(env: Env = process.env): Config {
     sshHost: sshHostOf(env, publicUrl),
     usageAlertSeconds: integer(env, 'ANVIL_USAGE_ALERT_SECONDS', 300, 0, 86_400),
     transferPricePerGb: price(env, 'ANVIL_TRANSFER_PRICE_PER_GB'),
+    storagePricePerGbHour: price(env, 'ANVIL_STORAGE_PRICE_PER_GB_HOUR'),
+    storageMeterSeconds: integer(env, 'ANVIL_STORAGE_METER_SECONDS', 3600, 0, 86_400),
     datasetsDir: env['ANVIL_DATASETS_DIR']
       ? resolve(env['ANVIL_DATASETS_DIR'])
       : resolve(dataDir, 'datasets'),

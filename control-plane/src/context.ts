@@ -22,6 +22,7 @@ import { createTraining, type Training } from './training/index.ts';
 import { ApiUsageService } from './usage/api-usage.ts';
 import { RequestLog } from './usage/request-log.ts';
 import { createUsageServices, type UsageServices } from './usage/service.ts';
+import { StorageMeter } from './usage/storage-meter.ts';
 import { TransferMeter } from './usage/transfer-meter.ts';
 
 /** The domain services the HTTP layer calls; built once per process, started and stopped with it. */
@@ -46,6 +47,8 @@ export interface AppContext {
   usage: UsageServices;
   /** Data transfer through tunnels and dataset downloads, written as usage records. */
   transfer: TransferMeter;
+  /** Stored dataset bytes, written as usage records (GB-hours) each pass. */
+  storage: StorageMeter;
   /** HTTPS port proxy: configuration API, gateway (started by server.ts, not by start()), health checks. */
   proxy: ProxyService;
   /** SSH keys, the SSH relay (listening only in a started server: server.ts) and `ssh_connection`. */
@@ -87,6 +90,14 @@ export function createContext(
     pricePerGb: config.transferPricePerGb,
   });
   const fleet = createFleet(config, db, clock, { tunnelMeter: transfer });
+  const storageLogger = logger.child({ component: 'storage-meter' });
+  const storage = new StorageMeter({
+    db,
+    clock,
+    pricePerGbHour: config.storagePricePerGbHour,
+    intervalSeconds: config.storageMeterSeconds,
+    onError: (error) => storageLogger.error({ err: error }, 'storage metering pass failed'),
+  });
   const secrets = createSecrets({
     config,
     db,
@@ -178,6 +189,7 @@ export function createContext(
     templates,
     usage,
     transfer,
+    storage,
     clusters,
     clusterTelemetry,
     proxy,
@@ -206,6 +218,7 @@ export function createContext(
       await secrets.start();
       await context.templates.start();
       usage.start();
+      storage.start();
       context.fleet.useLogger(logger.child({ component: 'fleet' }));
       await context.fleet.start();
       clusters.useLogger(logger.child({ component: 'clusters' }));
@@ -220,6 +233,7 @@ export function createContext(
     },
     async stop() {
       await usage.stop();
+      await storage.stop();
       context.ready = false;
       await datasets.stop();
       await endpoints.stop();

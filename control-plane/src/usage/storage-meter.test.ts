@@ -1,0 +1,102 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestApp, ManualClock, type TestApp } from '../testing/index.ts';
+import { StorageMeter } from './storage-meter.ts';
+
+const HOUR = 3_600_000;
+
+/** Stored dataset bytes become GB-hour records that tile time: no hour billed twice or skipped. */
+describe('storage metering', () => {
+  let t: TestApp;
+  let clock: ManualClock;
+  let dataDir: string;
+  let meter: StorageMeter;
+
+  beforeAll(async () => {
+    dataDir = await mkdtemp(join(tmpdir(), 'anvil-storage-meter-'));
+    clock = new ManualClock(new Date('2026-11-26T10:00:00Z'));
+    // No timer: the test runs the passes.
+    t = await createTestApp({ clock, env: { ANVIL_DATA_DIR: dataDir, ANVIL_STORAGE_METER_SECONDS: '0' } });
+    meter = new StorageMeter({
+      db: t.database.db,
+      clock,
+      pricePerGbHour: 0.1,
+      intervalSeconds: 0,
+      onError: (error) => {
+        throw error;
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await t?.close();
+    await rm(dataDir, { recursive: true, force: true });
+  });
+
+  async function upload(datasetId: string, token: string, content: string): Promise<void> {
+    const res = await t.app.inject({
+      method: 'PUT',
+      url: `/v2/training/uploads/datasets/${datasetId}`,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream' },
+      payload: Buffer.from(content),
+    });
+    expect(res.statusCode, res.body).toBe(202);
+    await t.context.datasets.processor.idle();
+  }
+
+  const records = () =>
+    t.database.db.prisma.usageRecord.findMany({ where: { kind: 'storage' }, orderBy: { startedAt: 'asc' } });
+
+  it('bills each version from when it was stored, then each pass from where the last one ended', async () => {
+    const created = await t.app.inject({
+      method: 'POST',
+      url: '/v2/training/datasets',
+      headers: t.auth(),
+      payload: { name: 'stored', type: 'text', format: 'jsonl' },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const dataset = created.json() as { id: string; uploadToken: string };
+    const first = '{"text":"a"}\n'.repeat(1000);
+    await upload(dataset.id, dataset.uploadToken, first);
+    clock.advance(2 * HOUR);
+    const second = '{"text":"bb"}\n'.repeat(500);
+    await upload(dataset.id, t.ownerKey, second);
+    clock.advance(HOUR);
+
+    expect(await meter.pass()).toBe(1);
+    const [one] = await records();
+    // The first version three hours, the second one hour.
+    const expected = (first.length / 1e9) * 3 + (second.length / 1e9) * 1;
+    expect(one).toMatchObject({
+      accountId: t.accountId,
+      resourceType: 'dataset',
+      resourceId: dataset.id,
+      unit: 'GB-hours',
+      startedAt: new Date('2026-11-26T10:00:00Z'),
+      endedAt: new Date('2026-11-26T13:00:00Z'),
+      metadata: { bytes: first.length + second.length, versions: 2 },
+    });
+    expect(one!.quantity).toBeCloseTo(expected, 12);
+    expect(one!.cost).toBeCloseTo(expected * 0.1, 12);
+
+    // No time passed: nothing more to bill.
+    expect(await meter.pass()).toBe(0);
+    clock.advance(HOUR / 2);
+    expect(await meter.pass()).toBe(1);
+    const [, two] = await records();
+    expect(two!.startedAt).toEqual(one!.endedAt);
+    expect(two!.quantity).toBeCloseTo(((first.length + second.length) / 1e9) * 0.5, 12);
+
+    // Deleted: no longer billed.
+    const deleted = await t.app.inject({
+      method: 'DELETE',
+      url: `/v2/training/datasets/${dataset.id}`,
+      headers: t.auth(),
+    });
+    expect(deleted.statusCode, deleted.body).toBeLessThan(300);
+    clock.advance(HOUR);
+    expect(await meter.pass()).toBe(0);
+  });
+});
