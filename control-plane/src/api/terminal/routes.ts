@@ -7,7 +7,12 @@ import { type RawData, WebSocket, WebSocketServer } from 'ws';
 import type { AppContext } from '../../context.ts';
 import { Envelope, ok } from '../../http/envelope.ts';
 import { wrappedErrors } from '../../http/error-body.ts';
-import type { TerminalClient, TerminalService, TerminalSession } from '../../terminal/service.ts';
+import {
+  refuseServiceKey,
+  type TerminalClient,
+  type TerminalService,
+  type TerminalSession,
+} from '../../terminal/service.ts';
 import { actorOf } from '../accounts/common.ts';
 
 const tags = ['clusters'];
@@ -201,7 +206,7 @@ function after(url: URL): number {
   return raw && /^\d{1,15}$/.test(raw) ? Number(raw) : 0;
 }
 
-/** A ticket (browsers), or an API key in Authorization (other clients) with write on the cluster. */
+/** A ticket (browsers), or a member's API key (not a service key) in Authorization with write on the cluster. */
 async function authorise(
   context: AppContext,
   clusterId: string,
@@ -222,6 +227,7 @@ async function authorise(
     return session;
   }
   const principal = await context.keys.resolve(request.headers.authorization);
+  refuseServiceKey(principal);
   const actor = { principal, ip: request.socket.remoteAddress ?? null };
   if (!principal.scopes.includes('clusters') || !principal.permissions.includes('write')) {
     throw new ApiError(
