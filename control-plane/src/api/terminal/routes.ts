@@ -21,7 +21,8 @@ const TERMINAL_PATH = /^\/v1\/clusters\/(cluster_[a-z0-9]+)\/terminal$/;
 const MAX_MESSAGE_BYTES = 1024 * 1024;
 
 const TERMINAL_DESCRIPTION = `**Web terminal.** A PTY login shell (bash when the image has it, else sh) in a running cluster's
-container, reached through the agent, for the dashboard. Needs \`write\` on the cluster (as SSH does).
+container, reached through the agent, for the dashboard. Needs \`write\` on the cluster (as SSH does); service keys
+are refused (403 FORBIDDEN), over REST and on the WebSocket.
 
 1. \`POST /v1/clusters/{cluster_id}/terminal/sessions\` with an API key starts the shell and answers
    \`{session_id, ticket, ticket_expires_at, websocket_path, reconnect_window_seconds}\`. The ticket is one-time and
