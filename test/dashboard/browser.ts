@@ -22,14 +22,17 @@ export function browserOrFail(what: string): boolean {
   return false;
 }
 
-/** Headless Chromium driven by playwright-core (no browser download: the system's own). */
-export function launchChromium(): Promise<Browser> {
+/**
+ * Headless Chromium driven by playwright-core (no browser download: the system's own); `extraArgs` are
+ * further command-line switches (e.g. `--host-resolver-rules`).
+ */
+export function launchChromium(extraArgs: string[] = []): Promise<Browser> {
   const executablePath = chromiumPath();
   if (!executablePath) throw new Error('no Chromium found');
   // Root (CI containers) cannot use Chromium's sandbox; the pages are our own, on loopback.
   return chromium.launch({
     executablePath,
     headless: true,
-    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
+    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu', ...extraArgs],
   });
 }

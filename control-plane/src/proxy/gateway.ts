@@ -6,10 +6,22 @@ import { ApiError } from '@anvil/shared';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { ProxyPortMapping } from '../db/generated/client.ts';
+import { errorBody } from '../http/error-body.ts';
+import {
+  clearedSessionCookie,
+  corsGrant,
+  crossSiteReason,
+  hostOnlySetCookie,
+  ownOrigin,
+  readCookie,
+  SESSION_COOKIE,
+  sameOriginPath,
+  sessionCookie,
+  withoutProxyCookies,
+} from './browser-policy.ts';
 import type { ProxyLimit } from './rate-limiter.ts';
 import { CLIENT_CLOSED, ResponseRelay } from './relay.ts';
 import type { ProxyService } from './service.ts';
-import { SESSION_COOKIE } from './sessions.ts';
 import type { Route } from './store.ts';
 import { PROXY_TLS_SERVER_OPTIONS, type ProxyTls } from './tls.ts';
 import { type MappingAccess, rateLimitOf } from './types.ts';
@@ -50,6 +62,8 @@ export function parseProxyHost(hostHeader: string | undefined, domain: string) {
 interface Caller {
   userId: string | null;
   role: string | null;
+  /** Signed in with the browser's session cookie (ambient, so cross-site writes are refused). */
+  byCookie: boolean;
   /** Rate-limit and unique-visitor identity: the user, else the client address. */
   visitor: string;
 }
@@ -80,6 +94,7 @@ class Refusal {
     readonly code: string,
     readonly message: string,
     readonly headers: Record<string, string> = {},
+    readonly details: Record<string, unknown> = {},
   ) {}
 }
 
@@ -185,9 +200,7 @@ export class ProxyGateway {
       if (path === LOGOUT_PATH) {
         const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
         if (cookie) await this.proxy.sessions.end(cookie);
-        res.writeHead(204, {
-          'set-cookie': `${SESSION_COOKIE}=; Path=/; Max-Age=0; Secure; HttpOnly; SameSite=Lax`,
-        });
+        res.writeHead(204, { 'set-cookie': clearedSessionCookie() });
         res.end();
         finish(204);
         return;
@@ -251,7 +264,11 @@ export class ProxyGateway {
     const required =
       !access.public_access && (access.authentication_required ?? route.settings.defaultAuthentication);
     const credentials = credentialsOf(req.headers);
-    const caller = await this.authenticate(req, credentials, route, mapping, required, clientIp);
+    const caller = await this.authenticate(req, credentials, route, mapping, access, required, clientIp);
+    if (caller.byCookie) {
+      const crossSite = crossSiteReason(req.method, req.headers, access);
+      if (crossSite) throw new Refusal(403, 'FORBIDDEN', crossSite);
+    }
     if (caller.userId && access.allowed_users.length > 0 && !access.allowed_users.includes(caller.userId)) {
       throw new Refusal(403, 'FORBIDDEN', 'this port is open to listed users only (allowed_users)');
     }
@@ -294,21 +311,29 @@ export class ProxyGateway {
   }
 
   /**
-   * An Anvil key (`Authorization: Bearer anv_…`, recognised by its prefix) or the session cookie. Both
-   * are kept from the container (`credentials`); any other Authorization passes through.
+   * An Anvil key (`Authorization: Bearer anv_…`, recognised by its prefix) or the session cookie, whose
+   * user must hold the port's required_permission on the cluster. Both are kept from the container
+   * (`credentials`); any other Authorization passes through.
    */
   private async authenticate(
     req: IncomingMessage,
     credentials: Credentials,
     route: Route,
     mapping: ProxyPortMapping,
+    access: MappingAccess,
     required: boolean,
     clientIp: string,
   ): Promise<Caller> {
-    if (!required) return { userId: null, role: null, visitor: `ip:${clientIp}` };
+    if (!required) return { userId: null, role: null, byCookie: false, visitor: `ip:${clientIp}` };
+    const permission = access.required_permission;
     if (credentials.anvilKey) {
-      const user = await this.proxy.authorizeKey(req.headers.authorization!, route.cluster.id, clientIp);
-      return { userId: user.userId, role: user.role, visitor: `user:${user.userId}` };
+      const user = await this.proxy.authorizeKey(
+        req.headers.authorization!,
+        route.cluster.id,
+        clientIp,
+        permission,
+      );
+      return { userId: user.userId, role: user.role, byCookie: false, visitor: `user:${user.userId}` };
     }
     const cookie = credentials.cookie === null ? null : readCookie(req.headers.cookie, SESSION_COOKIE);
     if (cookie) {
@@ -318,8 +343,9 @@ export class ProxyGateway {
         session.clusterId === route.cluster.id &&
         session.internalPort === mapping.internalPort
       ) {
+        await this.proxy.authorizeSession(session.userId, route.cluster.id, permission);
         const role = await this.proxy.roleOf(session.userId);
-        return { userId: session.userId, role, visitor: `user:${session.userId}` };
+        return { userId: session.userId, role, byCookie: true, visitor: `user:${session.userId}` };
       }
     }
     throw new Refusal(
@@ -332,14 +358,14 @@ export class ProxyGateway {
 
   private preflight(req: IncomingMessage, res: ServerResponse, access: MappingAccess | null): number {
     const origin = req.headers.origin ?? '';
-    if (!access || !originAllowed(access, origin)) {
+    const grant = access && corsGrant(access, origin);
+    if (!grant) {
       sendRefusal(res, new Refusal(403, 'FORBIDDEN', `origin ${origin} is not allowed`));
       return 403;
     }
     const requested = req.headers['access-control-request-headers'];
     res.writeHead(204, {
-      'access-control-allow-origin': origin,
-      'access-control-allow-credentials': 'true',
+      ...grant,
       'access-control-allow-methods': (access.cors.allowed_methods.length > 0
         ? access.cors.allowed_methods
         : ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']
@@ -366,7 +392,7 @@ export class ProxyGateway {
     const origin = req.headers.origin;
     const relay = new ResponseRelay(
       res,
-      (raw) => this.responseHeaders(raw, route, access, origin),
+      (raw) => this.responseHeaders(raw, route, access, origin, admitted.caller.userId !== null),
       (error, status) => {
         if (!error) return done(status);
         if (res.headersSent || status === CLIENT_CLOSED) {
@@ -394,21 +420,28 @@ export class ProxyGateway {
   /**
    * The container's response headers (undici's raw list: name, value, …) without hop-by-hop ones, with
    * security and CORS headers added. Names and values are read as latin1, byte for byte what came.
+   * On a signed-in request the container cannot grant credentialed CORS itself (reflecting any Origin
+   * would let a sibling tenant's page read the signed-in answer): only the proxy's grant counts.
    */
   private responseHeaders(
     raw: Buffer[],
     route: Route,
     access: MappingAccess,
     origin: string | undefined,
+    signedIn: boolean,
   ): Record<string, string | string[]> {
     const out: Record<string, string | string[]> = {};
     let listed: Set<string> | null = null;
     for (let i = 0; i + 1 < raw.length; i += 2) {
       const name = raw[i]!.toString('latin1').toLowerCase();
-      const value = raw[i + 1]!.toString('latin1');
+      let value: string | null = raw[i + 1]!.toString('latin1');
       if (HOP_BY_HOP.has(name)) {
         if (name === 'connection') listed = listedInConnection(value, listed);
         continue;
+      }
+      if (name === 'set-cookie') {
+        value = hostOnlySetCookie(value);
+        if (value === null) continue;
       }
       const prior = out[name];
       if (prior === undefined) out[name] = value;
@@ -417,11 +450,9 @@ export class ProxyGateway {
     }
     if (listed) for (const name of listed) delete out[name];
     for (const [name, value] of route.securityHeaders) out[name] = value;
-    if (origin && access.cors.enabled && originAllowed(access, origin)) {
-      out['access-control-allow-origin'] = origin;
-      out['access-control-allow-credentials'] = 'true';
-      out['vary'] = 'Origin';
-    }
+    if (signedIn) delete out['access-control-allow-credentials'];
+    const grant = origin && access.cors.enabled ? corsGrant(access, origin) : null;
+    if (grant) Object.assign(out, grant);
     return out;
   }
 
@@ -464,7 +495,7 @@ export class ProxyGateway {
       this.proxy.traffic.forwarded(admitted.mapping.id, admitted.caller.visitor, performance.now() - started);
     } catch (error) {
       const refusal = toRefusal(error);
-      const body = JSON.stringify({ error: refusal.code, message: refusal.message });
+      const body = JSON.stringify(refusalBody(refusal));
       let text = `HTTP/1.1 ${refusal.status} ${statusText(refusal.status)}\r\ncontent-type: application/json\r\n`;
       for (const [name, value] of Object.entries(refusal.headers)) text += `${name}: ${value}\r\n`;
       socket.end(`${text}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
@@ -497,10 +528,10 @@ export class ProxyGateway {
     const minutes = access.session_timeout_minutes ?? route.settings.sessionTimeoutMinutes;
     const session = await this.proxy.sessions.redeem(ticket, clusterId, mapping.internalPort, minutes);
     if (!session) throw new Refusal(401, 'UNAUTHORIZED', 'the login ticket is unknown, used or expired');
-    const location = next.startsWith('/') && !next.startsWith('//') ? next : '/';
+    const location = sameOriginPath(next, ownOrigin(req.headers.host) ?? 'https://proxy.invalid');
     res.writeHead(302, {
       location,
-      'set-cookie': `${SESSION_COOKIE}=${session.cookie}; Path=/; Max-Age=${minutes * 60}; Secure; HttpOnly; SameSite=Lax`,
+      'set-cookie': sessionCookie(session.cookie, minutes * 60),
       'cache-control': 'no-store',
     });
     res.end();
@@ -535,10 +566,6 @@ function findMapping(route: Route, port: number): ProxyPortMapping | undefined {
   );
 }
 
-function originAllowed(access: MappingAccess, origin: string): boolean {
-  return access.cors.allowed_origins.includes('*') || access.cors.allowed_origins.includes(origin);
-}
-
 /** Header names a Connection header lists (hop-by-hop for this connection only), added to `into`. */
 function listedInConnection(value: string | string[], into: Set<string> | null): Set<string> {
   const set = into ?? new Set<string>();
@@ -553,12 +580,7 @@ function listedInConnection(value: string | string[], into: Set<string> | null):
 function credentialsOf(headers: IncomingHttpHeaders): Credentials {
   const authorization = headers.authorization;
   const anvilKey = authorization !== undefined && ANVIL_KEY.test(authorization);
-  const cookies = headers.cookie;
-  const cookie =
-    cookies?.includes(SESSION_COOKIE) && readCookie(cookies, SESSION_COOKIE) !== null
-      ? stripCookie(cookies, SESSION_COOKIE)
-      : null;
-  return { anvilKey, cookie };
+  return { anvilKey, cookie: withoutProxyCookies(headers.cookie) };
 }
 
 const ANVIL_KEY = /^Bearer\s+anv_/i;
@@ -588,23 +610,6 @@ function forwardedHeaders(req: IncomingMessage, credentials: Credentials): Incom
   return headers;
 }
 
-export function readCookie(header: string | undefined, name: string): string | null {
-  if (!header) return null;
-  for (const part of header.split(';')) {
-    const index = part.indexOf('=');
-    if (index > 0 && part.slice(0, index).trim() === name) return part.slice(index + 1).trim();
-  }
-  return null;
-}
-
-function stripCookie(header: string, name: string): string {
-  return header
-    .split(';')
-    .filter((part) => part.split('=')[0]?.trim() !== name)
-    .map((part) => part.trim())
-    .join('; ');
-}
-
 function toRefusal(error: unknown): Refusal {
   if (error instanceof Refusal) return error;
   if (error instanceof ApiError) {
@@ -616,7 +621,7 @@ function toRefusal(error: unknown): Refusal {
     ) {
       return new Refusal(502, 'BAD_GATEWAY', error.message);
     }
-    return new Refusal(error.status, error.code, error.message, error.headers);
+    return new Refusal(error.status, error.code, error.message, error.headers, error.details ?? {});
   }
   const code = (error as NodeJS.ErrnoException).code;
   if (code === 'ECONNREFUSED' || code === 'ECONNRESET' || code === 'EHOSTUNREACH' || code === 'ETIMEDOUT') {
@@ -625,12 +630,23 @@ function toRefusal(error: unknown): Refusal {
   return new Refusal(502, 'BAD_GATEWAY', (error as Error).message ?? 'upstream failure');
 }
 
+/** The spec's flat error shape: `{error, message, code, details}`. */
+function refusalBody(refusal: Refusal): Record<string, unknown> {
+  return errorBody('flat', {
+    status: refusal.status,
+    code: refusal.code,
+    message: refusal.message,
+    details: refusal.details,
+    requestId: '',
+  });
+}
+
 function sendRefusal(res: ServerResponse, refusal: Refusal): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  const body = JSON.stringify({ error: refusal.code, message: refusal.message });
+  const body = JSON.stringify(refusalBody(refusal));
   res.writeHead(refusal.status, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(body),

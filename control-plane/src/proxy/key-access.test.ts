@@ -43,31 +43,33 @@ describe('proxy key authorisation', () => {
       permissions: ['read'],
     });
     const header = `Bearer ${value}`;
-    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1')).resolves.toMatchObject({
-      userId: t.userId,
-    });
+    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1', 'read')).resolves.toMatchObject(
+      {
+        userId: t.userId,
+      },
+    );
     // Accepted again from the caches (the key resolver's and the proxy's access verdict).
-    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1')).resolves.toBeTruthy();
+    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1', 'read')).resolves.toBeTruthy();
     await t.context.apiKeys.revoke(owner, key.id);
-    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1')).rejects.toMatchObject({
+    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1', 'read')).rejects.toMatchObject({
       code: 'UNAUTHORIZED',
     });
     // Any case of the scheme names the same key.
     await expect(
-      t.context.proxy.authorizeKey(`bearer  ${value}`, clusterId, '127.0.0.1'),
+      t.context.proxy.authorizeKey(`bearer  ${value}`, clusterId, '127.0.0.1', 'read'),
     ).rejects.toMatchObject({ code: 'UNAUTHORIZED' });
   });
 
   it('stops trusting a cluster access verdict after ACCESS_CACHE_MS', async () => {
     const header = `Bearer ${t.ownerKey}`;
-    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1')).resolves.toBeTruthy();
+    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1', 'read')).resolves.toBeTruthy();
     await t.context.db.prisma.cluster.update({ where: { id: clusterId }, data: { deletedAt: clock.now() } });
     // Within the bound the verdict stands (no database query per proxied request)…
     clock.advance(ACCESS_CACHE_MS - 1);
-    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1')).resolves.toBeTruthy();
+    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1', 'read')).resolves.toBeTruthy();
     // …past it the cluster is asked for again and is gone.
     clock.advance(1);
-    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1')).rejects.toMatchObject({
+    await expect(t.context.proxy.authorizeKey(header, clusterId, '127.0.0.1', 'read')).rejects.toMatchObject({
       code: 'CLUSTER_NOT_FOUND',
     });
   });

@@ -11,7 +11,8 @@ import {
   SharedCounterLimiter,
 } from '../ratelimit/index.ts';
 import { ManualClock } from '../testing/clock.ts';
-import { parseProxyHost, readCookie } from './gateway.ts';
+import { readCookie } from './browser-policy.ts';
+import { parseProxyHost } from './gateway.ts';
 import { IpRules, invalidCidrs } from './ip-rules.ts';
 import { ProxyRateLimits, windowCheck } from './rate-limiter.ts';
 import { certificateInfo, loadProxyTls } from './tls.ts';

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { KeyResolver } from '../auth/key-resolver.ts';
+import type { Principal } from '../auth/principal.ts';
 import { ClusterAccess } from '../clusters/access.ts';
 import type { ClusterViewParts } from '../clusters/view-parts.ts';
 import type { Config } from '../config.ts';
@@ -25,6 +26,7 @@ import {
   healthCheckOf,
   type MappingAccess,
   mappingAccessOf,
+  type ProxyPermission,
   type RateLimit,
   rateLimitOf,
   type SecurityHeaders,
@@ -109,6 +111,8 @@ export class ProxyService {
   private readonly accessCache = new Map<string, { userId: string; role: string; at: number }>();
   private readonly accessChecks = new Map<string, Promise<{ userId: string; role: string; at: number }>>();
   private readonly roles = new Map<string, { role: string | null; at: number }>();
+  /** Session members' access verdicts per `<user id>:<cluster id>:<permission>` (authorizeSession). */
+  private readonly sessionAccess = new Map<string, { allowed: boolean; reason: string; at: number }>();
 
   constructor(private readonly options: ProxyServiceOptions) {
     this.domain = options.config.proxyDomain;
@@ -193,26 +197,35 @@ export class ProxyService {
   // ---- used by the gateway ----
 
   /**
-   * An Anvil key presented to the proxy: valid, scoped to clusters, and allowed to read this cluster.
+   * An Anvil key presented to the proxy: valid, not a service key, scoped to clusters, and allowed
+   * `permission` on this cluster (the key's own permissions and the member's access alike).
    * The key itself is checked on every request through the KeyResolver, whose cache every revocation,
    * rotation or suspension clears in all processes at once, so a revoked key is refused immediately.
-   * Only the cluster access verdict (owner or share) is kept here, per key and cluster, for
+   * Only the cluster access verdict (owner or share) is kept here, per key, cluster and permission, for
    * ACCESS_CACHE_MS: an unshared cluster stops being reachable through the proxy within that bound.
    */
   async authorizeKey(
     authorization: string,
     clusterId: string,
     ip: string,
+    permission: ProxyPermission,
   ): Promise<{ userId: string; role: string }> {
     const header = authorization.startsWith('Bearer ')
       ? authorization
       : authorization.replace(/^Bearer\s+/i, 'Bearer ');
     const keys = this.options.keys;
     const principal = keys.resolveCached(header) ?? (await keys.resolve(header));
+    refuseServiceKey(principal);
     if (!principal.scopes.includes('clusters')) {
       throw new ApiError('FORBIDDEN', 'this API key is not scoped to clusters', { scope: 'clusters' });
     }
-    const cacheKey = `${principal.keyId}:${clusterId}`;
+    if (!principal.permissions.includes(permission)) {
+      throw new ApiError('FORBIDDEN', `this port needs a key with the ${permission} permission`, {
+        required_permission: `clusters:${permission}`,
+        keyPermissions: principal.permissions,
+      });
+    }
+    const cacheKey = `${principal.keyId}:${clusterId}:${permission}`;
     const nowMs = this.clock.now().getTime();
     const cached = this.accessCache.get(cacheKey);
     if (cached && nowMs - cached.at < ACCESS_CACHE_MS) return cached;
@@ -220,7 +233,7 @@ export class ProxyService {
     let check = this.accessChecks.get(cacheKey);
     if (!check) {
       check = this.clusters
-        .require({ principal, ip }, clusterId, 'read')
+        .require({ principal, ip }, clusterId, permission)
         .then(() => ({ userId: principal.userId, role: principal.userRole, at: nowMs }))
         .finally(() => this.accessChecks.delete(cacheKey));
       this.accessChecks.set(cacheKey, check);
@@ -229,6 +242,36 @@ export class ProxyService {
     if (this.accessCache.size >= 10_000) this.accessCache.clear();
     this.accessCache.set(cacheKey, entry);
     return entry;
+  }
+
+  /**
+   * Whether a login session's member still holds `permission` on the cluster (a port's
+   * required_permission may be raised after the login), cached ACCESS_CACHE_MS per user, cluster and
+   * permission. 403 INSUFFICIENT_PERMISSIONS when not.
+   */
+  async authorizeSession(userId: string, clusterId: string, permission: ProxyPermission): Promise<void> {
+    const cacheKey = `${userId}:${clusterId}:${permission}`;
+    const nowMs = this.clock.now().getTime();
+    const cached = this.sessionAccess.get(cacheKey);
+    let verdict = cached && nowMs - cached.at < ACCESS_CACHE_MS ? cached : null;
+    if (!verdict) {
+      const cluster = await this.options.db.prisma.cluster.findFirst({
+        where: { id: clusterId, deletedAt: null },
+      });
+      const decision = cluster
+        ? await this.clusters.decideForMember(cluster, userId, permission)
+        : { allowed: false, reason: 'the cluster is gone' };
+      verdict = { allowed: decision.allowed, reason: decision.reason, at: nowMs };
+      if (this.sessionAccess.size >= 10_000) this.sessionAccess.clear();
+      this.sessionAccess.set(cacheKey, verdict);
+    }
+    if (!verdict.allowed) {
+      throw new ApiError(
+        'INSUFFICIENT_PERMISSIONS',
+        `this port needs ${permission} access to the cluster (${verdict.reason})`,
+        { required_permission: `clusters:${permission}` },
+      );
+    }
   }
 
   async roleOf(userId: string): Promise<string | null> {
@@ -444,9 +487,12 @@ export class ProxyService {
 
   /** A one-time link that sets the proxy's session cookie for one port (the login path of the proxy). */
   async loginLink(actor: Actor, clusterId: string, portId: string, next: string | undefined) {
+    refuseServiceKey(actor.principal);
     const cluster = await this.clusters.require(actor, clusterId, 'read');
     await this.store.ensure(cluster);
     const mapping = await this.findPort(clusterId, portId);
+    // The level the port asks for, checked now too, so a link is not issued for a port it cannot open.
+    await this.clusters.require(actor, clusterId, mappingAccessOf(mapping.accessControl).required_permission);
     const { ticket, expiresAt } = await this.sessions.issueTicket({
       clusterId,
       internalPort: mapping.internalPort,
@@ -580,6 +626,15 @@ export class ProxyService {
       created_at: m.createdAt.toISOString(),
       updated_at: m.updatedAt.toISOString(),
     };
+  }
+}
+
+/** Service keys run workloads for programs; they never open a cluster's ports (nor its shell). */
+function refuseServiceKey(principal: Principal): void {
+  if (principal.keyType === 'service') {
+    throw new ApiError('FORBIDDEN', 'service keys cannot open cluster ports: use a member key', {
+      keyType: 'service',
+    });
   }
 }
 

@@ -3,8 +3,6 @@ import { ApiError } from '@anvil/shared';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 
-/** Name of the host-only cookie the proxy sets on `<cluster>-<port>.<domain>`; never forwarded. */
-export const SESSION_COOKIE = 'anvil_proxy_session';
 /** Logins waiting for the cluster's lock queue for their connection rather than fail after Prisma's 2 s. */
 const TX_OPTIONS = { maxWait: 10_000, timeout: 10_000 } as const;
 

@@ -1,3 +1,5 @@
+import { SHELL_PERMISSION } from '../ssh/gate.ts';
+
 /** Stored JSON shapes of the proxy's settings and port mappings (snake_case, as the API shows them). */
 
 export interface RateLimit {
@@ -33,7 +35,14 @@ export interface MappingAccess {
   public_access: boolean;
   session_timeout_minutes: number | null;
   cors: Cors;
+  /**
+   * What the caller must hold on the cluster to pass an authenticated port: by default what a shell
+   * needs (an application behind a port, Jupyter say, often is one); the owner may lower it to read.
+   */
+  required_permission: ProxyPermission;
 }
+
+export type ProxyPermission = 'read' | 'write';
 
 export interface SecurityHeaders {
   hsts_enabled: boolean;
@@ -66,6 +75,7 @@ export const DEFAULT_MAPPING_ACCESS: MappingAccess = {
   public_access: false,
   session_timeout_minutes: null,
   cors: DEFAULT_CORS,
+  required_permission: SHELL_PERMISSION,
 };
 
 /** HSTS on (the proxy only speaks HTTPS); CSP and X-Frame-Options left to the application by default. */

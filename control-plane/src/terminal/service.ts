@@ -3,6 +3,7 @@ import { ApiError, newId } from '@anvil/shared';
 import type { Logger } from 'pino';
 import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
+import type { Principal } from '../auth/principal.ts';
 import type { ClusterAccess } from '../clusters/access.ts';
 import { LOGIN_SHELL } from '../ssh/relay.ts';
 import type { ExecSession, TunnelOpener } from '../tunnels/types.ts';
@@ -77,6 +78,15 @@ export interface TerminalServiceOptions {
   ticketTtlMs?: number;
 }
 
+/** A shell is a member's tool: service keys (programs running workloads) never open one. */
+export function refuseServiceKey(principal: Principal): void {
+  if (principal.keyType === 'service') {
+    throw new ApiError('FORBIDDEN', 'service keys cannot open a terminal: use a member key', {
+      keyType: 'service',
+    });
+  }
+}
+
 const sha256 = (value: string) => createHash('sha256').update(value).digest('hex');
 
 /**
@@ -104,6 +114,7 @@ export class TerminalService {
     clusterId: string,
     size: { cols?: number | undefined; rows?: number | undefined },
   ) {
+    refuseServiceKey(actor.principal);
     const cluster = await this.options.clusters.require(actor, clusterId, 'write');
     if (cluster.status !== 'running') {
       throw new ApiError(
@@ -157,6 +168,7 @@ export class TerminalService {
 
   /** A fresh one-time ticket for an existing session of the caller (to reconnect from a browser). */
   async ticket(actor: Actor, clusterId: string, sessionId: string) {
+    refuseServiceKey(actor.principal);
     await this.options.clusters.require(actor, clusterId, 'write');
     const session = this.#sessions.get(sessionId);
     if (!session || session.clusterId !== clusterId || session.userId !== actor.principal.userId) {

@@ -26,8 +26,15 @@ const ENFORCEMENT =
   'certificates do not match `_`). Per request: unknown cluster or port 404; proxy disabled or cluster ' +
   'not running 503; blocked_ips / ip_whitelist (cluster, then port; CIDR, IPv4 and IPv6) 403; CORS ' +
   'preflights answered by the proxy; authentication unless public_access (or authentication_required ' +
-  'false, or default_authentication false): an Anvil key as `Authorization: Bearer anv_…` allowed to read ' +
-  'the cluster, or the session cookie from a login link; neither reaches the container; allowed_users / ' +
+  'false, or default_authentication false): an Anvil key as `Authorization: Bearer anv_…` (not a service ' +
+  "key) holding the port's access_control.required_permission on the cluster (default write, as SSH; " +
+  'read when the owner lowers it), or the session cookie from a login link, whose member must hold the ' +
+  'same; neither reaches the container; with the cookie, a state-changing request (not GET/HEAD/OPTIONS) ' +
+  "or WebSocket whose Origin is neither the port's own nor listed in cors.allowed_origins, or whose " +
+  'Sec-Fetch-Site is cross-site or same-site (sibling cluster hosts are one site to a browser), is 403; ' +
+  "the container's Set-Cookie loses any Domain attribute (cookies stay on the port's host); CORS " +
+  'echoes an origin with credentials only when listed by name (`*` answers `*` without credentials); ' +
+  'allowed_users / ' +
   'allowed_roles 403; global_limit (per cluster), per_user_limit (per user or client address) and the ' +
   "port's rate_limit (per user and port) → 429 with Retry-After; then HSTS, CSP and X-Frame-Options are " +
   'added to responses. Rate limits hold across control-plane replicas: each limit is counted in a fixed ' +
@@ -267,11 +274,23 @@ export const proxyRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = a
         description:
           'Not in the spec. Opening the URL (within 60 s, once) makes the proxy set a host-only, HttpOnly, ' +
           'Secure session cookie for that port and redirect to `next` (a path, default /). The session ' +
-          "lasts the port's session_timeout_minutes, else the cluster's. Needs read access to the cluster " +
-          '(and, being a POST, a key with the write permission).',
+          "lasts the port's session_timeout_minutes, else the cluster's. Needs the port's " +
+          'access_control.required_permission on the cluster (default write; and, being a POST, a key with ' +
+          'the write permission); service keys are refused. The cookie is `__Host-` prefixed (host-only, ' +
+          'Secure, Path=/): it reaches no other port or cluster.',
         params: PortParams,
         body: Type.Object(
-          { next: Type.Optional(Type.String({ pattern: '^/(?!/)', maxLength: 2048 })) },
+          {
+            next: Type.Optional(
+              Type.String({
+                // A path on the port's own origin: no `//host`, no backslash or control characters
+                // (browsers read `/\host` and `/<tab>/host` as another host).
+                pattern: '^/(?!/)[^\\\\\\u0000-\\u0020\\u007f]*$',
+                maxLength: 2048,
+                description: 'A path on the port itself (`/lab?x=1`); other hosts are refused',
+              }),
+            ),
+          },
           { additionalProperties: false },
         ),
         response: {

@@ -54,6 +54,14 @@ const Cors = Type.Object(
   strict,
 );
 
+const RequiredPermission = Type.Union([Type.Literal('read'), Type.Literal('write')], {
+  description:
+    'What a signed-in caller (key or login-link session) must hold on the cluster to pass this port when ' +
+    'it requires authentication. Default `write`, the level SSH and the web terminal need, because an ' +
+    'application behind a port (Jupyter, a debugger, a dashboard with a console) often runs code; set ' +
+    '`read` to open it to members who may only read the cluster. Service keys never pass.',
+});
+
 export const AccessControlInput = Type.Object(
   {
     authentication_required: Type.Optional(Nullable(Type.Boolean())),
@@ -64,6 +72,7 @@ export const AccessControlInput = Type.Object(
     public_access: Type.Optional(Type.Boolean()),
     session_timeout_minutes: Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: 43_200 }))),
     cors: Type.Optional(Cors),
+    required_permission: Type.Optional(RequiredPermission),
   },
   strict,
 );
@@ -93,6 +102,7 @@ const AccessControlView = Type.Object({
     allowed_methods: Type.Array(Type.String()),
     allowed_headers: Type.Array(Type.String()),
   }),
+  required_permission: RequiredPermission,
 });
 
 export const PortMapping = Type.Object(

@@ -7,7 +7,12 @@ import { type RawData, WebSocket, WebSocketServer } from 'ws';
 import type { AppContext } from '../../context.ts';
 import { Envelope, ok } from '../../http/envelope.ts';
 import { wrappedErrors } from '../../http/error-body.ts';
-import type { TerminalClient, TerminalService, TerminalSession } from '../../terminal/service.ts';
+import {
+  refuseServiceKey,
+  type TerminalClient,
+  type TerminalService,
+  type TerminalSession,
+} from '../../terminal/service.ts';
 import { actorOf } from '../accounts/common.ts';
 
 const tags = ['clusters'];
@@ -16,7 +21,8 @@ const TERMINAL_PATH = /^\/v1\/clusters\/(cluster_[a-z0-9]+)\/terminal$/;
 const MAX_MESSAGE_BYTES = 1024 * 1024;
 
 const TERMINAL_DESCRIPTION = `**Web terminal.** A PTY login shell (bash when the image has it, else sh) in a running cluster's
-container, reached through the agent, for the dashboard. Needs \`write\` on the cluster (as SSH does).
+container, reached through the agent, for the dashboard. Needs \`write\` on the cluster (as SSH does); service keys
+are refused (403 FORBIDDEN), over REST and on the WebSocket.
 
 1. \`POST /v1/clusters/{cluster_id}/terminal/sessions\` with an API key starts the shell and answers
    \`{session_id, ticket, ticket_expires_at, websocket_path, reconnect_window_seconds}\`. The ticket is one-time and
@@ -201,7 +207,7 @@ function after(url: URL): number {
   return raw && /^\d{1,15}$/.test(raw) ? Number(raw) : 0;
 }
 
-/** A ticket (browsers), or an API key in Authorization (other clients) with write on the cluster. */
+/** A ticket (browsers), or a member's API key (not a service key) in Authorization with write on the cluster. */
 async function authorise(
   context: AppContext,
   clusterId: string,
@@ -222,6 +228,7 @@ async function authorise(
     return session;
   }
   const principal = await context.keys.resolve(request.headers.authorization);
+  refuseServiceKey(principal);
   const actor = { principal, ip: request.socket.remoteAddress ?? null };
   if (!principal.scopes.includes('clusters') || !principal.permissions.includes('write')) {
     throw new ApiError(
