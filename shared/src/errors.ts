@@ -32,6 +32,10 @@ export const ERROR_STATUS = {
   /** Not in the spec: changing the owner's role or status, or one's own. */
   CANNOT_MODIFY_MEMBER: 422,
   INVALID_ROLE_HIERARCHY: 422,
+  /** Not in the spec: a setting or field Anvil accepts in the schema but cannot act on (named in details). */
+  NOT_SUPPORTED: 400,
+  /** Not in the spec: the caller's address is outside the account's security.api_access.ip_whitelist. */
+  IP_NOT_ALLOWED: 403,
   /** Not in the spec: a role limitation (maxApiKeys, maxClusters, ...) or settings limit is reached. */
   LIMIT_EXCEEDED: 403,
   MEMBER_NOT_FOUND: 404,
@@ -128,10 +132,6 @@ export const ERROR_STATUS = {
   EXPERIMENT_ARCHIVED: 409,
   /** Not in the spec: an export destination (s3, gcs, ...) that this installation has not configured. */
   DESTINATION_NOT_CONFIGURED: 400,
-  /** Not in the spec: a setting (or value) this installation accepts in documents but cannot act on (details.field). */
-  NOT_SUPPORTED: 400,
-  /** Not in the spec: the caller's address is outside the account's security.api_access.ip_whitelist. */
-  IP_NOT_ALLOWED: 403,
   PAYLOAD_TOO_LARGE: 413,
   /** Not in the spec: a plain GET on a WebSocket-only endpoint (the web terminal). */
   UPGRADE_REQUIRED: 426,

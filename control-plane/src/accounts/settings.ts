@@ -853,10 +853,12 @@ export class SettingsService {
     const preferences = (isObject(row?.data) ? (row.data as Json)['preferences'] : undefined) as
       | Json
       | undefined;
-    const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value : null);
+    // A value stored before only known ones were accepted is not used.
+    const known = (value: unknown, values: readonly string[]) =>
+      typeof value === 'string' && values.includes(value) ? value : null;
     return {
-      region: text(preferences?.['default_region']),
-      gpuType: text(preferences?.['default_gpu_type']),
+      region: known(preferences?.['default_region'], REGIONS),
+      gpuType: known(preferences?.['default_gpu_type'], GPU_TYPES),
     };
   }
 
