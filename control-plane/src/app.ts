@@ -30,6 +30,7 @@ import { usageRoutes } from './api/usage/routes.ts';
 import type { AppContext } from './context.ts';
 import { dashboardRoutes } from './dashboard/routes.ts';
 import { installActivityTracking } from './http/activity.ts';
+import { TrustedProxies } from './http/client-address.ts';
 import { installErrorHandling } from './http/error-handler.ts';
 import { installRequestGuard } from './http/guard.ts';
 import { installOpenApi } from './http/openapi.ts';
@@ -46,12 +47,15 @@ export interface BuildAppOptions {
 
 /** Builds the HTTP API. Load order: conventions (errors, auth, docs), then one plugin per area. */
 export async function buildApp({ context, logger }: BuildAppOptions) {
+  const trustedProxies = new TrustedProxies(context.config.trustedProxies);
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,
     genReqId: requestIdFor,
     logController: new LogController({ requestIdLogLabel: 'request_id' }),
     childLoggerFactory: deferredChildLogger,
     bodyLimit: context.config.bodyLimitBytes,
+    // request.ip reads X-Forwarded-For only through hops listed in ANVIL_TRUSTED_PROXIES.
+    trustProxy: (address: string) => trustedProxies.trusts(address),
     // Explicit timeouts: a slow or stuck client cannot hold a socket forever.
     connectionTimeout: 0,
     requestTimeout: 120_000,
@@ -84,7 +88,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   app.removeContentTypeParser('text/plain');
   installErrorHandling(app);
   // Key (401), then rate limit (429, headers on everything after), then permissions (403).
-  installRequestGuard(app, context.keys, context.rateLimits);
+  installRequestGuard(app, context.keys, context.rateLimits, context.accounts.ipPolicy);
   installRequestLog(app, context.requestLog, context.clock);
   installActivityTracking(app, context.accounts.activity);
   installHttpMetrics(app, context.fleet.metrics);

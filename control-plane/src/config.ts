@@ -1,6 +1,7 @@
 import { resolve } from 'node:path';
 import { isWellFormedApiKey } from '@anvil/shared';
 import { parseSecretKey } from './crypto/secret-box.ts';
+import { invalidCidrs } from './proxy/ip-rules.ts';
 
 /** Everything the control plane reads from its environment, validated once at start-up. */
 export interface Config {
@@ -63,6 +64,11 @@ export interface Config {
   datasetUploadTokenSeconds: number;
   /** Bytes of dataset versions and multipart uploads in progress an account may hold; null: no quota. */
   datasetQuotaBytes: number | null;
+  /**
+   * Addresses or CIDRs of reverse proxies in front of the API and the port proxy (ANVIL_TRUSTED_PROXIES,
+   * comma-separated): only a connection from one of them has its X-Forwarded-For read. Empty: never read.
+   */
+  trustedProxies: string[];
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -225,6 +231,17 @@ export function loadConfig(env: Env = process.env): Config {
   }
 
   const dataDir = resolve(env['ANVIL_DATA_DIR'] || './data');
+  const trustedProxies = (env['ANVIL_TRUSTED_PROXIES'] || '')
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter(Boolean);
+  const badProxies = invalidCidrs(trustedProxies);
+  if (badProxies.length > 0) {
+    throw new ConfigError(
+      'ANVIL_TRUSTED_PROXIES',
+      `must be comma-separated IP addresses or CIDRs, got "${badProxies.join(', ')}"`,
+    );
+  }
 
   return {
     port,
@@ -267,6 +284,7 @@ export function loadConfig(env: Env = process.env): Config {
     datasetQuotaBytes: env['ANVIL_DATASET_QUOTA_BYTES']
       ? integer(env, 'ANVIL_DATASET_QUOTA_BYTES', 0, 0, Number.MAX_SAFE_INTEGER)
       : null,
+    trustedProxies,
   };
 }
 

@@ -139,6 +139,7 @@ export function createContext(
     // The agents' reverse tunnels (contract 4).
     tunnels: () => fleet.tunnels,
     logger: logger.child({ component: 'ssh' }),
+    ipPolicy: accounts.ipPolicy,
   });
   const proxy = new ProxyService({
     config,
@@ -149,6 +150,7 @@ export function createContext(
     // The agents' reverse tunnels (contract 4).
     tunnels: () => fleet.tunnels,
     logger: logger.child({ component: 'proxy' }),
+    ipPolicy: accounts.ipPolicy,
   });
   // Contract 3: the cluster object's proxy_url/port_mappings, ssh_connection and metrics come from their areas.
   clusters.service.useViewParts({

@@ -32,6 +32,10 @@ export const ERROR_STATUS = {
   /** Not in the spec: changing the owner's role or status, or one's own. */
   CANNOT_MODIFY_MEMBER: 422,
   INVALID_ROLE_HIERARCHY: 422,
+  /** Not in the spec: a setting or field Anvil accepts in the schema but cannot act on (named in details). */
+  NOT_SUPPORTED: 400,
+  /** Not in the spec: the caller's address is outside the account's security.api_access.ip_whitelist. */
+  IP_NOT_ALLOWED: 403,
   /** Not in the spec: a role limitation (maxApiKeys, maxClusters, ...) or settings limit is reached. */
   LIMIT_EXCEEDED: 403,
   MEMBER_NOT_FOUND: 404,

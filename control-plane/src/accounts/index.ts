@@ -16,6 +16,7 @@ import { Notifier } from './notifications.ts';
 import { ProfileService } from './profile.ts';
 import { ResourceDirectory } from './resources.ts';
 import { SettingsService } from './settings.ts';
+import { AccountIpPolicy } from './settings-ip-policy.ts';
 import { ShareService } from './shares.ts';
 import { TeamService } from './team.ts';
 import { WebhookOutbox } from './webhook-outbox.ts';
@@ -32,6 +33,8 @@ export interface AccountServices {
   invitations: InvitationService;
   profile: ProfileService;
   settings: SettingsService;
+  /** security.api_access.ip_whitelist as the API guard, proxy, SSH relay and terminal enforce it. */
+  ipPolicy: AccountIpPolicy;
   notifier: Notifier;
   /** Webhook events recorded with the changes they report, delivered with retries. */
   outbox: WebhookOutbox;
@@ -70,7 +73,16 @@ export function createAccountServices(deps: {
     allowPrivate: config.outboundAllowPrivate,
     clock,
   });
-  const settings = new SettingsService({ db, clock, access, audit, notifier, secrets: () => load().box });
+  const ipPolicy = new AccountIpPolicy(db);
+  const settings = new SettingsService({
+    db,
+    clock,
+    access,
+    audit,
+    notifier,
+    secrets: () => load().box,
+    ipPolicy,
+  });
   apiKeys.setPolicy(new MemberKeyPolicy(db, clock, access, settings));
   const outbox = new WebhookOutbox({
     db,
@@ -86,6 +98,7 @@ export function createAccountServices(deps: {
     notifier,
     outbox,
     settings,
+    ipPolicy,
     resources: new ResourceDirectory(db, clock, access, activity),
     roles: new RoleService(db, clock, access, audit, keys),
     grants: new GrantService(db, clock, access, audit),
@@ -106,6 +119,7 @@ export function createAccountServices(deps: {
     secrets: () => load().box,
     secretKeySource: () => ({ source: load().source, path: load().path }),
     async start() {
+      await ipPolicy.start();
       // Values sealed under a key now in ANVIL_SECRET_KEY_PREVIOUS move to the current key.
       if (config.previousSecretKeys.length > 0) {
         const resealed = await settings.reseal();
@@ -121,6 +135,7 @@ export function createAccountServices(deps: {
     },
     async stop() {
       if (pruneTimer) clearInterval(pruneTimer);
+      await ipPolicy.stop();
       await outbox.stop();
       notifier.close();
     },

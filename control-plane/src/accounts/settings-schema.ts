@@ -157,11 +157,15 @@ export const SecuritySection = o({
       description: 'Active API keys one member may hold',
     }),
   }),
-  session: o({
-    timeout: Type.Integer({ minimum: 1, maximum: 168, description: 'Hours' }),
-    require_reauth_for_sensitive: Type.Boolean(),
-    concurrent_sessions: Type.Integer({ minimum: 1, maximum: 10 }),
-  }),
+  session: o(
+    {
+      timeout: Nullable(Type.Integer({ minimum: 1, maximum: 168, description: 'Hours' })),
+      require_reauth_for_sensitive: Type.Boolean(),
+      concurrent_sessions: Nullable(Type.Integer({ minimum: 1, maximum: 10 })),
+    },
+    'Not supported: the API has no login sessions (API keys only). Read as timeout null, ' +
+      'require_reauth_for_sensitive false, concurrent_sessions null; any other value is 400 NOT_SUPPORTED.',
+  ),
   audit: o({
     log_api_requests: Type.Boolean(),
     log_resource_access: Type.Boolean(),
@@ -223,14 +227,18 @@ export const PreferencesSection = o({
     Type.String({
       maxLength: 32,
       pattern: '^[a-z]{2,}(-[a-z0-9]+){1,3}$',
-      description: 'Region code, e.g. us-east-1',
+      description:
+        'Region a cluster create without `region` is placed in (us-east-1, us-west-2, eu-west-1, ' +
+        'ap-southeast-1); null: any region',
     }),
   ),
   default_gpu_type: Nullable(
     Type.String({
       maxLength: 64,
       pattern: '^[A-Za-z0-9][A-Za-z0-9 ._-]*$',
-      description: 'GPU type, e.g. A100-80GB',
+      description:
+        'GPU type a cluster create without `gpu_type` (and without a template naming one) asks for ' +
+        '(A100, H100, RTX4090, V100, T4); null: gpu_type stays required',
     }),
   ),
 });
@@ -272,7 +280,10 @@ export const ShortSettingsBody = Type.Object(
 );
 export type ShortSettingsInput = Static<typeof ShortSettingsBody>;
 
-/** Values of a section no one has set. */
+/**
+ * Values of a section no one has set. Fields this version refuses (settings-refused.ts) show what really
+ * happens: switches off, nothing configured.
+ */
 export function defaultSettings(ownerEmail: string | null): Record<SectionName, Record<string, unknown>> {
   return {
     notifications: {
@@ -280,9 +291,9 @@ export function defaultSettings(ownerEmail: string | null): Record<SectionName, 
         enabled: true,
         alerts: {
           cost_alerts: true,
-          usage_warnings: true,
-          security_notifications: true,
-          system_updates: true,
+          usage_warnings: false,
+          security_notifications: false,
+          system_updates: false,
           marketing_emails: false,
         },
         frequency: 'immediate',
@@ -292,7 +303,7 @@ export function defaultSettings(ownerEmail: string | null): Record<SectionName, 
         enabled: false,
         webhook_url: null,
         channel: null,
-        alerts: { endpoint_failures: true, cost_thresholds: true, cluster_events: false },
+        alerts: { endpoint_failures: false, cost_thresholds: true, cluster_events: false },
       },
       webhook: { enabled: false, url: null, events: [], secret: null },
     },
@@ -315,8 +326,8 @@ export function defaultSettings(ownerEmail: string | null): Record<SectionName, 
     security: {
       two_factor: { enabled: false, method: 'totp', backup_codes: [] },
       api_access: { ip_whitelist: [], require_ip_whitelist: false, max_api_keys: 25 },
-      session: { timeout: 24, require_reauth_for_sensitive: true, concurrent_sessions: 5 },
-      audit: { log_api_requests: true, log_resource_access: true, retention_days: 90 },
+      session: { timeout: null, require_reauth_for_sensitive: false, concurrent_sessions: null },
+      audit: { log_api_requests: false, log_resource_access: false, retention_days: 90 },
     },
     integrations: {
       github: { enabled: false, access_token: null, username: null, repositories: [] },

@@ -7,10 +7,14 @@ import type { Clock } from '../auth/clock.ts';
 import { SecretBox } from '../crypto/secret-box.ts';
 import type { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { IpRules } from '../proxy/ip-rules.ts';
+import { GPU_TYPES, REGIONS } from '../scheduler/gpu-types.ts';
 import type { AuditLog } from './audit.ts';
 import { DeliveryError, type Notifier } from './notifications.ts';
 import { GITHUB_USERNAME } from './profile.ts';
 import type { RolePermission, RoleScope } from './roles.ts';
+import { type AccountIpPolicy, enforcedList } from './settings-ip-policy.ts';
+import { dropRefused, refuseUnsupported, withRefusedShownAsDefault } from './settings-refused.ts';
 import {
   defaultSettings,
   MASK,
@@ -146,6 +150,7 @@ export class SettingsService {
       audit: AuditLog;
       notifier: Notifier;
       secrets: () => SecretBox;
+      ipPolicy: AccountIpPolicy;
     },
   ) {
     const ajv = addFormats.default(
@@ -210,7 +215,12 @@ export class SettingsService {
   /** Effective settings (defaults + overrides), plain: for the domain's own use (limits, deliveries). */
   async effective(accountId: string): Promise<Record<SectionName, Json>> {
     const [{ data }, email] = await Promise.all([this.loadPlain(accountId), this.ownerEmail(accountId)]);
-    return deepMerge(defaultSettings(email), data) as Record<SectionName, Json>;
+    const defaults = defaultSettings(email);
+    // Values stored before a field was refused are neither shown nor acted on.
+    return withRefusedShownAsDefault(deepMerge(defaults, data) as Json, defaults) as Record<
+      SectionName,
+      Json
+    >;
   }
 
   private masked(section: Json, sectionName: SectionName): Json {
@@ -283,6 +293,7 @@ export class SettingsService {
     strategy: MergeStrategy,
     ownerEmail: string | null,
   ): { overrides: Json; generated: string[] | null } {
+    refuseUnsupported(section, input, defaultSettings(ownerEmail)[section]);
     const given = clone(input);
     for (const path of READ_ONLY_PATHS) {
       if (path[0] !== section) continue;
@@ -308,7 +319,10 @@ export class SettingsService {
         }
       }
     }
-    const overrides = (strategy === 'merge' ? deepMerge(current, keepMasked) : keepMasked) as Json;
+    const overrides = dropRefused(
+      section,
+      (strategy === 'merge' ? deepMerge(current, keepMasked) : keepMasked) as Json,
+    );
     const view = deepMerge(defaultSettings(ownerEmail)[section], overrides) as Json;
     let generated: string[] | null = null;
     if (section === 'security') {
@@ -434,12 +448,49 @@ export class SettingsService {
       }
       case 'preferences': {
         setCanonical(['timezone'], checkTimeZone(String(get(view, ['timezone'])), 'timezone'));
+        // A default a create could not use would be inert: only known types and regions.
+        const gpuType = get(view, ['default_gpu_type']);
+        if (typeof gpuType === 'string' && !(GPU_TYPES as readonly string[]).includes(gpuType)) {
+          throw validationError('default_gpu_type', `must be one of ${GPU_TYPES.join(', ')} (or null)`);
+        }
+        const region = get(view, ['default_region']);
+        if (typeof region === 'string' && !(REGIONS as readonly string[]).includes(region)) {
+          throw validationError('default_region', `must be one of ${REGIONS.join(', ')} (or null)`);
+        }
         break;
       }
     }
   }
 
-  async updateSection(actor: Actor, section: SectionName, input: Json) {
+  /**
+   * Lock-out protection: a change that puts an address allowlist in force (or changes the one in force)
+   * without the caller's own address is refused unless the caller confirms it (confirm_lockout=true).
+   */
+  private refuseLockout(actor: Actor, before: Json, after: Json, confirmed: boolean): void {
+    const list = enforcedList(after);
+    if (list === null || confirmed) return;
+    const prior = enforcedList(before);
+    if (prior !== null && JSON.stringify(prior) === JSON.stringify(list)) return;
+    if (actor.ip !== null && new IpRules(list).matches(actor.ip)) return;
+    throw new ApiError(
+      'CONFIRMATION_REQUIRED',
+      `this ip_whitelist would refuse your own address ${actor.ip ?? '(unknown)'}: add it, or repeat the ` +
+        'request with confirm_lockout=true to lock yourself out',
+      {
+        field: 'security.api_access.ip_whitelist',
+        caller_ip: actor.ip,
+        required_field: 'confirm_lockout',
+        required_value: true,
+      },
+    );
+  }
+
+  async updateSection(
+    actor: Actor,
+    section: SectionName,
+    input: Json,
+    options: { confirmLockout?: boolean | undefined } = {},
+  ) {
     const member = await this.requireWrite(actor, section);
     const [{ data }, email] = await Promise.all([
       this.loadPlain(member.accountId),
@@ -453,7 +504,9 @@ export class SettingsService {
       email,
     );
     const next = { ...data, [section]: overrides };
+    if (section === 'security') this.refuseLockout(actor, data, next, options.confirmLockout === true);
     const updatedAt = await this.save(member.accountId, next, member.userId);
+    if (section === 'security') await this.deps.ipPolicy.changed(member.accountId);
     await this.auditChange(actor, member, [section], data, next);
     const view = this.masked(deepMerge(defaultSettings(email)[section], overrides) as Json, section);
     if (generated) {
@@ -488,7 +541,7 @@ export class SettingsService {
         ...(d.defaultRegion !== undefined ? { default_region: d.defaultRegion } : {}),
       };
     }
-    const result = await this.applyMany(actor, patches, 'merge', false);
+    const result = await this.applyMany(actor, patches, 'merge', { validateOnly: false });
     return {
       message:
         result.sections.length > 0 ? `settings updated: ${result.sections.join(', ')}` : 'nothing to update',
@@ -502,9 +555,10 @@ export class SettingsService {
     actor: Actor,
     patches: Partial<Record<SectionName, Json>>,
     strategy: MergeStrategy,
-    validateOnly: boolean,
+    options: { validateOnly: boolean; confirmLockout?: boolean | undefined },
     fieldPrefix = '',
   ) {
+    const validateOnly = options.validateOnly;
     const names = SECTION_NAMES.filter((name) => patches[name] !== undefined);
     let member: MemberAccess | null = null;
     for (const name of names) member = await this.requireWrite(actor, name);
@@ -542,6 +596,10 @@ export class SettingsService {
           const field = `${fieldPrefix}${name}.${String(error.details['field'])}`;
           throw validationError(field, String(error.details['reason']), { section: name });
         }
+        if (error instanceof ApiError && error.code === 'NOT_SUPPORTED' && error.details) {
+          const field = `${fieldPrefix}${name}.${String(error.details['field'])}`;
+          throw new ApiError('NOT_SUPPORTED', `${fieldPrefix}${error.message}`, { ...error.details, field });
+        }
         throw error;
       }
     }
@@ -555,9 +613,11 @@ export class SettingsService {
         .sort();
       return { section: name, fields };
     });
+    if (names.includes('security')) this.refuseLockout(actor, data, next, options.confirmLockout === true);
     let updatedAt: string | null = null;
     if (!validateOnly && names.length > 0) {
       updatedAt = (await this.save(member.accountId, next, member.userId)).toISOString();
+      if (names.includes('security')) await this.deps.ipPolicy.changed(member.accountId);
       await this.auditChange(actor, member, names, data, next);
     }
     return { sections: names, changes, updatedAt, generated };
@@ -739,6 +799,7 @@ export class SettingsService {
       merge_strategy?: string | undefined;
       validate_only?: boolean | undefined;
       version?: string | undefined;
+      confirm_lockout?: boolean | undefined;
     },
   ) {
     const strategy = (input.merge_strategy ?? 'merge') as MergeStrategy;
@@ -762,7 +823,13 @@ export class SettingsService {
     }
     if (Object.keys(patches).length === 0) throw validationError('settings', 'names no section to import');
     const validateOnly = input.validate_only ?? false;
-    const result = await this.applyMany(actor, patches, strategy, validateOnly, 'settings.');
+    const result = await this.applyMany(
+      actor,
+      patches,
+      strategy,
+      { validateOnly, confirmLockout: input.confirm_lockout },
+      'settings.',
+    );
     return {
       valid: true,
       validate_only: validateOnly,
@@ -774,6 +841,24 @@ export class SettingsService {
       message: validateOnly
         ? `valid: ${result.sections.length} section(s) would change as listed`
         : `imported ${result.sections.length} section(s)`,
+    };
+  }
+
+  /** What a create that omits them uses: preferences.default_region and default_gpu_type (null: unset). */
+  async createDefaults(accountId: string): Promise<{ region: string | null; gpuType: string | null }> {
+    const row = await this.deps.db.prisma.accountSettings.findUnique({
+      where: { accountId },
+      select: { data: true },
+    });
+    const preferences = (isObject(row?.data) ? (row.data as Json)['preferences'] : undefined) as
+      | Json
+      | undefined;
+    // A value stored before only known ones were accepted is not used.
+    const known = (value: unknown, values: readonly string[]) =>
+      typeof value === 'string' && values.includes(value) ? value : null;
+    return {
+      region: known(preferences?.['default_region'], REGIONS),
+      gpuType: known(preferences?.['default_gpu_type'], GPU_TYPES),
     };
   }
 

@@ -82,7 +82,8 @@ function integerIn(field: keyof typeof LIMITS, value: unknown): number {
 }
 
 /**
- * Applies the template (when named) under the request: every field the request gives wins, env maps
+ * Applies the template (when named) under the request, and the account's preferences.default_gpu_type and
+ * default_region under both: every field the request gives wins, env maps
  * are merged (request keys win), ports are the union by internal port (the request's description wins),
  * and the template's startup script is the command when the request has none.
  */
@@ -90,16 +91,23 @@ export function resolveCreate(
   body: CreateClusterBody,
   template: TemplateDefaultsLike | null,
   now: Date,
+  account: { gpuType: string | null; region: string | null } = { gpuType: null, region: null },
 ): ResolvedCreate {
   const defaults = template?.defaults ?? {};
   const dockerImage = body.docker_image ?? template?.dockerImage;
   if (!dockerImage) throw invalid('docker_image', 'is required when no template_id is given');
-  const gpuType = body.gpu_type ?? defaults.gpu_type;
-  if (!gpuType) throw invalid('gpu_type', 'is required when the template does not name one');
+  const gpuType = body.gpu_type ?? defaults.gpu_type ?? account.gpuType;
+  if (!gpuType) {
+    throw invalid(
+      'gpu_type',
+      'is required when neither the template nor the account (preferences.default_gpu_type) names one',
+    );
+  }
   if (!(GPU_TYPES as readonly string[]).includes(gpuType)) {
     throw invalid('gpu_type', `must be one of ${GPU_TYPES.join(', ')}`);
   }
-  if (body.region !== undefined && !(REGIONS as readonly string[]).includes(body.region)) {
+  const region = body.region ?? account.region ?? undefined;
+  if (region !== undefined && !(REGIONS as readonly string[]).includes(region)) {
     throw invalid('region', `must be one of ${REGIONS.join(', ')}`);
   }
   const env = { ...(template?.env ?? {}), ...(body.env ?? {}) };
@@ -136,7 +144,7 @@ export function resolveCreate(
     cpuCores: integerIn('cpu_cores', body.cpu_cores ?? defaults.cpu_cores ?? CREATE_DEFAULTS.cpu_cores),
     memoryGb: integerIn('memory_gb', body.memory_gb ?? defaults.memory_gb ?? CREATE_DEFAULTS.memory_gb),
     storageGb: integerIn('storage_gb', body.storage_gb ?? defaults.storage_gb ?? CREATE_DEFAULTS.storage_gb),
-    region: body.region ?? null,
+    region: region ?? null,
     command,
     env,
     ports: [...ports.values()].sort((a, b) => a.internal_port - b.internal_port),

@@ -111,7 +111,12 @@ export class ClusterService {
       template = await this.#templates.resolveForCluster(accountId, body.template_id);
     }
     const now = this.d.clock.now();
-    const input = resolveCreate(body, template, now);
+    const input = resolveCreate(
+      body,
+      template,
+      now,
+      await this.d.accounts.settings.createDefaults(accountId),
+    );
     const id = newId('cluster');
     // Registering enforces the role's maxClusters and makes the cluster shareable.
     await this.d.accounts.resources.register(actor, { id, name: input.name, type: 'cluster' });

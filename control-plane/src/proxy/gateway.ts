@@ -250,6 +250,8 @@ export class ProxyGateway {
       throw new Refusal(503, 'INVALID_STATE', `cluster ${clusterId} is ${route.cluster.status}, not running`);
     }
     const compiled = route.access.get(mapping.id)!;
+    const outsideAccountList = await this.proxy.accountAddressRefusal(route.cluster.accountId, req);
+    if (outsideAccountList) throw new Refusal(403, 'IP_NOT_ALLOWED', outsideAccountList);
     if (route.blocked.matches(clientIp))
       throw new Refusal(403, 'FORBIDDEN', `address ${clientIp} is blocked`);
     if (route.whitelist.size > 0 && !route.whitelist.matches(clientIp)) {
@@ -522,6 +524,8 @@ export class ProxyGateway {
     const mapping = route && findMapping(route, port);
     if (!route || !mapping)
       throw new Refusal(404, 'PORT_MAPPING_NOT_FOUND', `port ${port} of ${clusterId} is not mapped`);
+    const outsideAccountList = await this.proxy.accountAddressRefusal(route.cluster.accountId, req);
+    if (outsideAccountList) throw new Refusal(403, 'IP_NOT_ALLOWED', outsideAccountList);
     if (route.blocked.matches(clientIp))
       throw new Refusal(403, 'FORBIDDEN', `address ${clientIp} is blocked`);
     const access = route.access.get(mapping.id)!.access;

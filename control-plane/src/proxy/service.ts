@@ -1,5 +1,7 @@
+import type { IncomingMessage } from 'node:http';
 import { ApiError, newId } from '@anvil/shared';
 import type { Logger } from 'pino';
+import type { AccountIpPolicy } from '../accounts/settings-ip-policy.ts';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { KeyResolver } from '../auth/key-resolver.ts';
@@ -9,6 +11,7 @@ import type { ClusterViewParts } from '../clusters/view-parts.ts';
 import type { Config } from '../config.ts';
 import { type Cluster, Prisma, type ProxyPortMapping, type ProxySettings } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { TrustedProxies } from '../http/client-address.ts';
 import { SharedCounterLimiter, SqlCounterStore } from '../ratelimit/index.ts';
 import type { TunnelOpener } from '../tunnels/types.ts';
 import { ProxyGateway } from './gateway.ts';
@@ -49,6 +52,8 @@ export interface ProxyServiceOptions {
   /** The tunnel implementation; null until one exists (requests then answer 502). */
   tunnels: () => TunnelOpener | null;
   logger: Logger;
+  /** The account-wide address allowlist (security.api_access.ip_whitelist). */
+  ipPolicy: AccountIpPolicy;
 }
 
 export interface CreatePortInput {
@@ -113,9 +118,11 @@ export class ProxyService {
   private readonly roles = new Map<string, { role: string | null; at: number }>();
   /** Session members' access verdicts per `<user id>:<cluster id>:<permission>` (authorizeSession). */
   private readonly sessionAccess = new Map<string, { allowed: boolean; reason: string; at: number }>();
+  private readonly trustedProxies: TrustedProxies;
 
   constructor(private readonly options: ProxyServiceOptions) {
     this.domain = options.config.proxyDomain;
+    this.trustedProxies = new TrustedProxies(options.config.trustedProxies);
     this.clock = options.clock;
     this.store = new ProxyStore(options.db, options.clock);
     this.sessions = new ProxySessions(options.db, options.clock);
@@ -138,6 +145,14 @@ export class ProxyService {
       onChange: (clusterId) => this.store.invalidate(clusterId),
     });
     this.gateway = new ProxyGateway(this, options.logger.child({ component: 'proxy' }));
+  }
+  /**
+   * The refusal when the cluster's account keeps an address allowlist without this client (its address
+   * from X-Forwarded-For only through ANVIL_TRUSTED_PROXIES), else null.
+   */
+  async accountAddressRefusal(accountId: string, req: IncomingMessage): Promise<string | null> {
+    const refusal = await this.options.ipPolicy.admit(accountId, this.trustedProxies.clientOf(req));
+    return refusal ? refusal.message : null;
   }
 
   /** Replaces the tunnel implementation (tests use a named test double until the agent's tunnels exist). */

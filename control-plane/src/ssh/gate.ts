@@ -1,4 +1,5 @@
 import type { AuditLog } from '../accounts/audit.ts';
+import type { AccountIpPolicy } from '../accounts/settings-ip-policy.ts';
 import type { ClusterAccess } from '../clusters/access.ts';
 import type { Cluster, SshKey } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
@@ -16,7 +17,8 @@ export type GateResult =
  * Decides who may open SSH sessions into a cluster: the login name is the cluster id; the offered key
  * must be registered by a member of the cluster's account who holds `write` on the cluster (its owner,
  * a team manager, or a member it is shared with for write), decided by ClusterAccess. The cluster must
- * be running with ssh_enabled. Refusals of known members are written to the audit log.
+ * be running with ssh_enabled, and the client's address inside the account's ip_whitelist when one is in
+ * force (the socket's peer: SSH carries no forwarded address). Refusals of known members are audited.
  */
 export class SshGate {
   constructor(
@@ -24,6 +26,7 @@ export class SshGate {
     private readonly clusters: ClusterAccess,
     private readonly keys: SshKeyService,
     private readonly audit: AuditLog,
+    private readonly ipPolicy: AccountIpPolicy,
   ) {}
 
   /** Keys of the cluster account's members that are exactly this blob (none: unknown key or cluster). */
@@ -50,6 +53,8 @@ export class SshGate {
     const found = await this.#candidates(username, keyBlob);
     if (!found) return { allowed: false, reason: 'unknown cluster or key not registered in its account' };
     const { cluster, keys } = found;
+    const outside = await this.ipPolicy.admit(cluster.accountId, ip);
+    if (outside) return { allowed: false, reason: outside.message };
     const fingerprint = fingerprintOf(keyBlob);
     let refusal = 'no member holding this key may reach the cluster';
     for (const key of keys) {

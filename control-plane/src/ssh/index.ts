@@ -1,6 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { AuditLog } from '../accounts/audit.ts';
+import type { AccountIpPolicy } from '../accounts/settings-ip-policy.ts';
 import type { AccessControl } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import { ClusterAccess } from '../clusters/access.ts';
@@ -24,6 +25,8 @@ export interface SshServiceOptions {
   /** The fleet's tunnels (contract 4), read on each use: null until the host fleet provides them. */
   tunnels: () => TunnelOpener | null;
   logger: Logger;
+  /** The account-wide address allowlist (security.api_access.ip_whitelist), checked before a session opens. */
+  ipPolicy: AccountIpPolicy;
 }
 
 /** SSH keys, the SSH relay and the `ssh_connection` view of clusters. */
@@ -38,7 +41,7 @@ export class SshService {
   constructor(private readonly options: SshServiceOptions) {
     this.keys = new SshKeyService(options.db, options.clock);
     this.clusters = new ClusterAccess(options.db, options.access);
-    this.gate = new SshGate(options.db, this.clusters, this.keys, options.audit);
+    this.gate = new SshGate(options.db, this.clusters, this.keys, options.audit, options.ipPolicy);
   }
 
   /** Tunnels to use instead of the fleet's (tests with a named test double). */

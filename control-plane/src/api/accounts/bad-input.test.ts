@@ -1112,7 +1112,7 @@ runTable(
       url: `${S}/billing`,
       payload: { billing_address: { country: 'XX' } },
       status: 400,
-      code: 'VALIDATION_ERROR',
+      code: 'NOT_SUPPORTED',
       field: 'billing_address.country',
     },
     {
@@ -1121,7 +1121,7 @@ runTable(
       url: `${S}/billing`,
       payload: { billing_address: { country: 'us' } },
       status: 400,
-      code: 'VALIDATION_ERROR',
+      code: 'NOT_SUPPORTED',
       field: 'billing_address.country',
     },
     {
@@ -1157,8 +1157,8 @@ runTable(
       url: `${S}/billing`,
       payload: { auto_recharge: { enabled: true, amount: 0 } },
       status: 400,
-      code: 'VALIDATION_ERROR',
-      field: 'auto_recharge.amount',
+      code: 'NOT_SUPPORTED',
+      field: 'auto_recharge.enabled',
     },
     {
       name: 'cost alert of 0',
@@ -1368,7 +1368,7 @@ runTable(
       url: `${S}/integrations`,
       payload: { github: { username: 'bad_name' } },
       status: 400,
-      code: 'VALIDATION_ERROR',
+      code: 'NOT_SUPPORTED',
       field: 'github.username',
     },
     {
@@ -1377,8 +1377,8 @@ runTable(
       url: `${S}/integrations`,
       payload: { github: { enabled: true } },
       status: 400,
-      code: 'VALIDATION_ERROR',
-      field: 'github.access_token',
+      code: 'NOT_SUPPORTED',
+      field: 'github.enabled',
     },
     {
       name: 'repository without owner',
@@ -1395,8 +1395,8 @@ runTable(
       url: `${S}/integrations`,
       payload: { docker: { registries: [{ url: 'not a registry' }] } },
       status: 400,
-      code: 'VALIDATION_ERROR',
-      field: 'docker.registries.0.url',
+      code: 'NOT_SUPPORTED',
+      field: 'docker.registries',
     },
     {
       name: 'registry without url',
@@ -1413,7 +1413,7 @@ runTable(
       url: `${S}/integrations`,
       payload: { monitoring: { grafana: { url: 'grafana' } } },
       status: 400,
-      code: 'VALIDATION_ERROR',
+      code: 'NOT_SUPPORTED',
       field: 'monitoring.grafana.url',
     },
     {
@@ -1422,8 +1422,8 @@ runTable(
       url: `${S}/integrations`,
       payload: { monitoring: { datadog: { enabled: true } } },
       status: 400,
-      code: 'VALIDATION_ERROR',
-      field: 'monitoring.datadog.api_key',
+      code: 'NOT_SUPPORTED',
+      field: 'monitoring.datadog.enabled',
     },
     {
       name: 'integrations by an admin',
@@ -1441,7 +1441,7 @@ runTable(
       url: `${S}/preferences`,
       payload: { timezone: 'GMT+2' },
       status: 400,
-      code: 'VALIDATION_ERROR',
+      code: 'NOT_SUPPORTED',
       field: 'timezone',
     },
     {

@@ -50,7 +50,7 @@ describe('account isolation', () => {
         '/v2/accounts/permissions/resources/cluster_acme/share',
       )
     ).json().shares[0].id;
-    await owner({ currency: 'EUR' }, 'PUT', '/v2/accounts/settings/billing');
+    await owner({ timezone: 'Europe/Berlin' }, 'PUT', '/v2/accounts/settings/billing');
     await owner(
       { webhook: { url: 'https://hooks.acme.example/x', secret: 'acme_webhook_secret' } },
       'PUT',
@@ -310,7 +310,7 @@ describe('account isolation', () => {
       true,
     );
     const settings = (await call(t, { url: '/v2/accounts/settings', key: intruder })).json();
-    expect(settings.settings.billing.currency).toBe('USD');
+    expect(settings.settings.billing.timezone).toBe('UTC');
     expect(settings.settings.notifications.webhook.url).toBeNull();
     const exported = (
       await call(t, { url: '/v2/accounts/settings/export?include_secrets=true', key: intruder })
@@ -326,18 +326,18 @@ describe('account isolation', () => {
       method: 'PUT',
       url: '/v2/accounts/settings/billing',
       key: intruder,
-      payload: { currency: 'JPY' },
+      payload: { timezone: 'Asia/Tokyo' },
     });
     await call(t, {
       method: 'POST',
       url: '/v2/accounts/settings/import',
       key: intruder,
-      payload: { settings: { preferences: { theme: 'dark' } }, merge_strategy: 'overwrite' },
+      payload: { settings: { preferences: { default_region: 'eu-west-1' } }, merge_strategy: 'overwrite' },
     });
     expect(await snapshot()).toBe(before);
     const mine = (await call(t, { url: '/v2/accounts/settings' })).json();
-    expect(mine.settings.billing.currency).toBe('EUR');
-    expect(mine.settings.preferences.theme).toBe('auto');
+    expect(mine.settings.billing.timezone).toBe('Europe/Berlin');
+    expect(mine.settings.preferences.default_region).toBeNull();
     // And this account's member still works, unaffected by the other account.
     expect((await call(t, { url: '/v2/auth/verify', key: dev })).statusCode).toBe(200);
   });

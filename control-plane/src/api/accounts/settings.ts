@@ -24,7 +24,40 @@ const SETTINGS_DESCRIPTION =
   'integrations need integrations read / manage_integrations. Secret fields (webhook secret, chat webhook ' +
   `URL, access tokens, API keys, 2FA backup codes) are stored encrypted (AES-256-GCM) and read as "${MASK}"; ` +
   `sending "${MASK}" back keeps the stored value. Read-only fields (notifications.email.email, ` +
-  'billing.payment_method, security.two_factor.backup_codes) are ignored in updates.';
+  'billing.payment_method, security.two_factor.backup_codes) are ignored in updates. ' +
+  'Fields this version cannot act on are refused: setting one to anything but the value it reads as ' +
+  'answers 400 NOT_SUPPORTED with details {field, setting, reason, supported_value} and changes nothing. ' +
+  'They read as what really happens: notifications.email.frequency "immediate", email.alerts.' +
+  '{usage_warnings, security_notifications, system_updates, marketing_emails} false, ' +
+  'slack.alerts.endpoint_failures false; billing.currency "USD", payment_method, billing_address and ' +
+  'auto_recharge empty/off (there is no payment processor); security.session {timeout null, ' +
+  'require_reauth_for_sensitive false, concurrent_sessions null} (no login sessions: API keys only); ' +
+  'security.audit.log_api_requests and log_resource_access false; integrations.github, docker, ' +
+  'monitoring.datadog and monitoring.grafana off (not implemented: Prometheus /metrics is the supported ' +
+  'monitoring path); preferences timezone "UTC", language "en", theme "auto", date_format "YYYY/MM/DD", ' +
+  'number_format "1,234.56". Sending those values back (an unchanged export) is accepted.';
+
+const IP_WHITELIST_DESCRIPTION =
+  'security.api_access.ip_whitelist (IPv4/IPv6 addresses and CIDRs) is in force while ' +
+  'require_ip_whitelist is true (build the list, then switch it on): every authenticated API request, ' +
+  'port-proxy request, SSH session and web-terminal connection of the account from another address is ' +
+  "refused (403 IP_NOT_ALLOWED; SSH: authentication fails). The client's address is the connection's " +
+  'peer; X-Forwarded-For is read only from proxies listed in ANVIL_TRUSTED_PROXIES. Lock-out protection: ' +
+  "a change that puts a list in force (or changes it) without the caller's own address answers 400 " +
+  'CONFIRMATION_REQUIRED (details field, caller_ip, required_field "confirm_lockout") unless the request ' +
+  'carries ?confirm_lockout=true.';
+
+const ConfirmLockoutQuery = Type.Object(
+  {
+    confirm_lockout: Type.Optional(
+      Type.Boolean({
+        default: false,
+        description: "Apply an ip_whitelist that leaves out the caller's own address",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
 
 export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (
   app,
@@ -82,8 +115,9 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
         summary: 'Change settings (short form)',
         description:
           'notifications.{email,slack,webhook} switch the channels; security.twoFactorAuth and ' +
-          'sessionTimeout (hours 1-168); defaults.defaultGpuType and defaultRegion set preferences. Each ' +
-          'section touched needs its permission.',
+          'sessionTimeout (not supported: any value is 400 NOT_SUPPORTED); defaults.defaultGpuType and ' +
+          'defaultRegion set preferences.default_gpu_type and default_region, which a cluster create that ' +
+          'omits gpu_type or region uses. Each section touched needs its permission.',
         body: ShortSettingsBody,
         response: {
           200: Type.Object({
@@ -107,7 +141,8 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
         schema: {
           tags,
           summary: `Change ${section} settings (fields given change; others stay)`,
-          description: `Needs ${rule.write} on ${rule.scope}${rule.keyScope ? ` and a key with the ${rule.keyScope} scope` : ''}. ${SETTINGS_DESCRIPTION}`,
+          description: `Needs ${rule.write} on ${rule.scope}${rule.keyScope ? ` and a key with the ${rule.keyScope} scope` : ''}. ${SETTINGS_DESCRIPTION}${section === 'security' ? ` ${IP_WHITELIST_DESCRIPTION}` : ''}`,
+          ...(section === 'security' ? { querystring: ConfirmLockoutQuery } : {}),
           body: SECTION_SCHEMAS[section],
           response: {
             200: Type.Object({ [section]: AnyObject, updatedAt: DateTime }),
@@ -120,6 +155,7 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
           actorOf(request),
           section as SectionName,
           request.body as Record<string, unknown>,
+          { confirmLockout: (request.query as { confirm_lockout?: boolean } | undefined)?.confirm_lockout },
         );
         return { [section]: result.section, updatedAt: result.updatedAt };
       },
@@ -224,7 +260,9 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
           'merge_strategy merge (default) changes the fields given; overwrite replaces each given section, ' +
           'unset fields returning to their defaults. Every section is validated (and permission-checked) ' +
           'before anything is written; validate_only writes nothing and reports what would change. Errors ' +
-          'name the field as settings.<section>.<path>.',
+          'name the field as settings.<section>.<path>. confirm_lockout=true applies an ip_whitelist that ' +
+          `leaves out the caller's address. ${SETTINGS_DESCRIPTION}`,
+        querystring: ConfirmLockoutQuery,
         body: Type.Object(
           {
             settings: Type.Optional(AnyObject),
@@ -274,6 +312,7 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
         merge_strategy: body.merge_strategy,
         validate_only: body.validate_only,
         version: body.metadata?.version ?? body.export?.metadata?.version,
+        confirm_lockout: request.query.confirm_lockout,
       });
     },
   );

@@ -5,6 +5,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import { type RawData, WebSocket, WebSocketServer } from 'ws';
 import type { AppContext } from '../../context.ts';
+import { TrustedProxies } from '../../http/client-address.ts';
 import { Envelope, ok } from '../../http/envelope.ts';
 import { wrappedErrors } from '../../http/error-body.ts';
 import {
@@ -183,12 +184,13 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
     },
   );
 
+  const trustedProxies = new TrustedProxies(context.config.trustedProxies);
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES });
   const onUpgrade = (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(request.url ?? '/', 'http://terminal');
     const match = TERMINAL_PATH.exec(url.pathname);
     if (!match) return;
-    authorise(context, match[1]!, url, request).then(
+    authorise(context, match[1]!, url, request, trustedProxies.clientOf(request)).then(
       (session) => wss.handleUpgrade(request, socket, head, (ws) => serve(terminal, session, ws, after(url))),
       (error: unknown) => refuse(socket, error, String(request.headers['x-request-id'] ?? 'ws')),
     );
@@ -207,12 +209,17 @@ function after(url: URL): number {
   return raw && /^\d{1,15}$/.test(raw) ? Number(raw) : 0;
 }
 
-/** A ticket (browsers), or a member's API key (not a service key) in Authorization with write on the cluster. */
+/**
+ * A ticket (browsers), or a member's API key (not a service key) in Authorization with write on the
+ * cluster; either way from an address the account's ip_whitelist admits (the ticket may have been handed
+ * elsewhere).
+ */
 async function authorise(
   context: AppContext,
   clusterId: string,
   url: URL,
   request: IncomingMessage,
+  ip: string,
 ): Promise<TerminalSession> {
   const ticket = url.searchParams.get('ticket');
   const sessionId = url.searchParams.get('session_id');
@@ -225,11 +232,13 @@ async function authorise(
         {},
       );
     }
+    await context.accounts.ipPolicy.check(session.accountId, ip);
     return session;
   }
   const principal = await context.keys.resolve(request.headers.authorization);
   refuseServiceKey(principal);
-  const actor = { principal, ip: request.socket.remoteAddress ?? null };
+  await context.accounts.ipPolicy.check(principal.accountId, ip);
+  const actor = { principal, ip };
   if (!principal.scopes.includes('clusters') || !principal.permissions.includes('write')) {
     throw new ApiError(
       'FORBIDDEN',
