@@ -32,6 +32,10 @@ export interface Config {
   hostGraceSeconds: number;
   /** Agents' metric sampling interval, sent to them in welcome. */
   metricsSeconds: number;
+  /** An agent socket that has not said hello this long after opening is closed (ANVIL_AGENT_HANDSHAKE_SECONDS). */
+  agentHandshakeSeconds: number;
+  /** Agent sockets open at once without a hello; more are answered 503 (ANVIL_AGENT_PREAUTH_LIMIT). */
+  agentPreAuthLimit: number;
   /** Bearer token of the Prometheus endpoint /metrics; null: /metrics does not exist (404). */
   metricsToken: string | null;
   /** `npm start` also runs an agent for this machine (ANVIL_LOCAL_AGENT=0 turns it off). */
@@ -232,6 +236,8 @@ export function loadConfig(env: Env = process.env): Config {
     heartbeatSeconds,
     hostGraceSeconds,
     metricsSeconds: integer(env, 'ANVIL_METRICS_SECONDS', 15, 1, 3600),
+    agentHandshakeSeconds: integer(env, 'ANVIL_AGENT_HANDSHAKE_SECONDS', 20, 1, 600),
+    agentPreAuthLimit: integer(env, 'ANVIL_AGENT_PREAUTH_LIMIT', 128, 1, 100_000),
     metricsToken,
     localAgent: localAgentText === '1' || localAgentText === 'true',
     gpuPricesFile: env['ANVIL_GPU_PRICES_FILE'] ? resolve(env['ANVIL_GPU_PRICES_FILE']) : null,

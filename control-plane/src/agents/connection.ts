@@ -21,6 +21,7 @@ import type { HostService } from '../hosts/hosts.ts';
 import type { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import type { TelemetryService } from '../telemetry/telemetry.ts';
 import type { WorkloadService } from '../workloads/workloads.ts';
+import { PlacedWorkloads } from './placed-workloads.ts';
 
 export interface GatewayLogger {
   debug(details: object, message: string): void;
@@ -99,6 +100,7 @@ export class AgentConnection {
   #pushing: Promise<void> | null = null;
   #pushAgain = false;
   #badFrames: number[] = [];
+  readonly #placed = new PlacedWorkloads();
   #handshakeTimer: NodeJS.Timeout | null;
   #resolveFinished!: () => void;
 
@@ -364,16 +366,30 @@ export class AgentConnection {
       case 'container_state':
         await this.ctx.workloads.recordContainerState(hostId, message);
         return;
-      case 'metric_batch':
-        this.ctx.telemetry.ingestMetrics(hostId, message.samples, message.dropped);
+      case 'metric_batch': {
+        await this.#placed.ready;
+        const samples = message.samples.map((sample) => ({
+          ...sample,
+          containers: this.#ownOnly(sample.containers, 'metric_batch'),
+        }));
+        this.ctx.telemetry.ingestMetrics(hostId, samples, message.dropped);
         return;
+      }
       case 'log_batch':
-        this.ctx.telemetry.ingestLogs(hostId, message.entries);
+        await this.#placed.ready;
+        this.ctx.telemetry.ingestLogs(hostId, this.#ownOnly(message.entries, 'log_batch'));
         return;
       case 'logs_dropped': {
-        const lines = message.losses.reduce((sum, l) => sum + l.lines, 0);
+        await this.#placed.ready;
+        // A loss without a workload (the agent's own buffer) is the host's to report.
+        const hostWide = message.losses.filter((l) => l.workloadId === null);
+        const attributed = message.losses.flatMap((l) =>
+          l.workloadId === null ? [] : [{ ...l, workloadId: l.workloadId }],
+        );
+        const losses = [...hostWide, ...this.#ownOnly(attributed, 'logs_dropped')];
+        const lines = losses.reduce((sum, l) => sum + l.lines, 0);
         this.#log().warn(this.#details({ lines }), 'agent dropped log lines while its buffer was full');
-        await this.ctx.telemetry.recordLogLosses(hostId, message.losses);
+        await this.ctx.telemetry.recordLogLosses(hostId, losses);
         return;
       }
       case 'pull_progress':
@@ -385,6 +401,21 @@ export class AgentConnection {
       default:
         return;
     }
+  }
+
+  /** The items of workloads placed on this host; the others are dropped, counted and logged. */
+  #ownOnly<T extends { workloadId: string }>(items: T[], type: string): T[] {
+    const now = this.ctx.clock.now().getTime();
+    const own = items.filter((item) => this.#placed.has(item.workloadId, now));
+    if (own.length < items.length) {
+      const foreign = [...new Set(items.filter((i) => !own.includes(i)).map((i) => i.workloadId))];
+      this.ctx.metrics.agentBadFrames.inc({ code: 'foreign_workload' }, items.length - own.length);
+      this.#log().warn(
+        this.#details({ type, dropped: items.length - own.length, workloadIds: foreign.slice(0, 10) }),
+        'agent reported workloads not placed on its host; dropped',
+      );
+    }
+    return own;
   }
 
   async #register(message: MessageOf<'register'>): Promise<void> {
@@ -561,7 +592,19 @@ export class AgentConnection {
   async #pushOnce(): Promise<void> {
     const hostId = this.hostId;
     if (!hostId || this.#state !== 'ready') return;
-    const set = await this.ctx.workloads.desiredSet(hostId);
+    const set = await this.ctx.workloads.desiredSet(hostId).catch((error: unknown) => {
+      // Ingestion waits for the first set; a failed read must not hold it forever.
+      this.#placed.loaded();
+      throw error;
+    });
+    if (set) {
+      this.#placed.refresh(
+        set.workloads.map((w) => w.workloadId),
+        this.ctx.clock.now().getTime(),
+      );
+    } else {
+      this.#placed.loaded();
+    }
     if (!set || this.#state !== 'ready' || set.generation <= this.#lastSentGeneration) return;
     this.#lastSentGeneration = set.generation;
     const message = createMessage('desired_state', { generation: set.generation, workloads: set.workloads });

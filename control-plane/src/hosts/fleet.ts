@@ -39,7 +39,15 @@ export interface FleetOptions {
 }
 
 export function createFleet(
-  config: Pick<Config, 'heartbeatSeconds' | 'hostGraceSeconds' | 'metricsSeconds' | 'metricsToken'>,
+  config: Pick<
+    Config,
+    | 'heartbeatSeconds'
+    | 'hostGraceSeconds'
+    | 'metricsSeconds'
+    | 'metricsToken'
+    | 'agentHandshakeSeconds'
+    | 'agentPreAuthLimit'
+  >,
   db: Database,
   clock: Clock,
   options: FleetOptions = {},
