@@ -1,8 +1,19 @@
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { newId } from '@anvil/shared';
-import { AGENT_CONNECT_PATH, CLOSE_CODES, createMessage } from '@anvil/shared/protocol';
+import { AGENT_CONNECT_PATH, CLOSE_CODES, createMessage, PROTOCOL_VERSION } from '@anvil/shared/protocol';
+import { pino } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WebSocket } from 'ws';
-import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import { systemClock } from '../../agent/src/clock.ts';
+import { DEFAULT_BACKOFF } from '../../agent/src/connection/backoff.ts';
+import { fileCredentialStore } from '../../agent/src/connection/credential-store.ts';
+import { runConnectionLoop } from '../../agent/src/connection/loop.ts';
+import { runCredentialRenewal } from '../../agent/src/connection/renewal.ts';
+import { wsDialer } from '../../agent/src/connection/transport.ts';
+import { connectUrl } from '../../agent/src/connection/url.ts';
+import { createTestApp, ManualClock, type TestApp } from '../../control-plane/src/testing/index.ts';
 import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { workloadSpecInput } from '../../control-plane/src/testing/workload-spec.ts';
 import { sampleInventory } from '../agent/fixtures.ts';
@@ -52,8 +63,11 @@ afterEach(async () => {
   for (const t of apps.splice(0)) await t.close();
 });
 
-async function start(env: Record<string, string> = {}): Promise<{ t: TestApp; url: string }> {
-  const t = await createTestApp({ env });
+async function start(
+  env: Record<string, string> = {},
+  clock?: ManualClock,
+): Promise<{ t: TestApp; url: string }> {
+  const t = await createTestApp({ env, ...(clock ? { clock } : {}) });
   apps.push(t);
   return { t, url: await t.app.listen({ host: '127.0.0.1', port: 0 }) };
 }
@@ -62,6 +76,19 @@ async function peer(url: string): Promise<Peer> {
   const p = await open(url);
   peers.push(p);
   return p;
+}
+
+/** A hello on a fresh socket; answers the welcome or the refusal. */
+async function hello(url: string, hostId: string, credential: string): Promise<Record<string, unknown>> {
+  const p = await peer(url);
+  p.send(createMessage('hello', { agentVersion: 'test', hostId, credential, inventory: sampleInventory() }));
+  const answer = await waitFor('welcome or refusal', async () =>
+    p.received.find((m) => m['type'] === 'welcome' || m['type'] === 'refusal'),
+  );
+  // One connection of a host at a time: this one goes before the next hello.
+  p.ws.close();
+  await p.closed;
+  return answer;
 }
 
 /** Registers a host with a fresh join token and says hello on the same socket, as an agent does. */
@@ -224,6 +251,115 @@ describe('unauthenticated agent sockets', () => {
         reason: 'no hello within 1000 ms',
       });
       expect((await p.closed).code).toBe(CLOSE_CODES.refusedRetry);
+    }
+  });
+});
+
+describe('host credential rotation', () => {
+  it('renews over the channel; the old credential works for the grace, then is refused', async () => {
+    const clock = new ManualClock(new Date());
+    const { t, url } = await start(
+      { ANVIL_HOST_CREDENTIAL_RENEW_SECONDS: '86400', ANVIL_HOST_CREDENTIAL_GRACE_SECONDS: '600' },
+      clock,
+    );
+    const a = await agentOf(t, url);
+    const welcome = a.peer.received.find((m) => m['type'] === 'welcome')!;
+    expect(welcome).toMatchObject({ credentialRenewSeconds: 86400, credentialIssuedAt: expect.any(Number) });
+
+    a.peer.send(createMessage('renew_credential', {}));
+    const renewed = (await a.peer.next('credential_renewed')) as {
+      credential: string;
+      previousValidUntil: number;
+    };
+    expect(renewed.credential).not.toBe(a.credential);
+    expect(renewed.previousValidUntil).toBe(clock.now().getTime() + 600_000);
+    // The renewing connection stays.
+    expect(t.context.fleet.agents.isConnectedHere(a.hostId)).toBe(true);
+    a.peer.ws.close();
+    await a.peer.closed;
+
+    const cases: Array<[string, number, string, string, Record<string, unknown>]> = [
+      ['the new credential', 0, 'new', 'welcome', { credentialIssuedAt: clock.now().getTime() }],
+      // Presenting the replaced one within the grace: welcomed, and told to renew at once.
+      ['the old credential within the grace', 599, 'old', 'welcome', { credentialIssuedAt: 0 }],
+      ['the old credential after the grace', 601, 'old', 'refusal', { code: 'credential_invalid' }],
+      ['the new credential after the grace', 601, 'new', 'welcome', {}],
+    ];
+    const start0 = clock.now().getTime();
+    for (const [what, atSeconds, which, type, fields] of cases) {
+      clock.set(new Date(start0 + atSeconds * 1000));
+      const answer = await hello(url, a.hostId, which === 'new' ? renewed.credential : a.credential);
+      expect(answer, what).toMatchObject({ type, ...fields });
+    }
+  });
+
+  it('refuses a renewal before hello', async () => {
+    const { url } = await start();
+    const p = await peer(url);
+    p.send(createMessage('renew_credential', {}));
+    expect(await p.next('refusal')).toMatchObject({ code: 'bad_message' });
+  });
+
+  it("the real agent's connection code renews, stores the new credential 0600, and uses it", async () => {
+    const { t, url } = await start({
+      ANVIL_HOST_CREDENTIAL_RENEW_SECONDS: '1',
+      ANVIL_HOST_CREDENTIAL_GRACE_SECONDS: '600',
+    });
+    const dir = await mkdtemp(join(tmpdir(), 'anvil-renew-'));
+    try {
+      const credentials = fileCredentialStore(dir);
+      const { value } = await t.context.fleet.joinTokens.create({ userId: t.userId, keyId: null }, {});
+      const logger = pino({ level: 'silent' });
+      const stop = new AbortController();
+      let first: string | null = null;
+      const renewedTo: string[] = [];
+      await runConnectionLoop(
+        {
+          url: connectUrl(url),
+          controlPlane: url,
+          dial: wsDialer({ handshakeTimeoutMs: 30_000 }),
+          clock: systemClock,
+          logger,
+          backoff: DEFAULT_BACKOFF,
+          protocolVersion: PROTOCOL_VERSION,
+          credentials,
+          joinToken: value,
+          hostname: 'renewal-test',
+          agentVersion: 'test',
+          inventory: async () => sampleInventory(),
+          timeoutMs: 30_000,
+        },
+        async (channel, result, signal) => {
+          first = result.credential.credential;
+          await runCredentialRenewal(
+            channel,
+            {
+              credential: result.credential,
+              welcome: result.welcome,
+              credentials,
+              clock: systemClock,
+              logger,
+              timeoutMs: 30_000,
+              renewed: (next) => {
+                renewedTo.push(next.credential);
+                stop.abort();
+              },
+            },
+            signal,
+          );
+        },
+        stop.signal,
+      );
+      expect(renewedTo).toHaveLength(1);
+      const saved = (await credentials.load())!;
+      expect(saved.credential).toBe(renewedTo[0]);
+      expect(saved.credential).not.toBe(first);
+      expect((await stat(credentials.path)).mode & 0o777).toBe(0o600);
+      const hostId = saved.hostId;
+      await waitFor('the old connection gone', async () => !t.context.fleet.agents.isConnectedHere(hostId));
+      expect(await hello(url, hostId, saved.credential)).toMatchObject({ type: 'welcome' });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });

@@ -37,6 +37,10 @@ export interface GatewaySettings {
   handshakeTimeoutMs: number;
   /** How long a desired_state waits for its reply before the wait is logged and dropped. */
   desiredAckTimeoutMs: number;
+  /** Told to agents in welcome: renew the host credential once it is this old. */
+  credentialRenewSeconds: number;
+  /** How long a renewed-away credential keeps working. */
+  credentialGraceMs: number;
   serverVersion: string;
 }
 
@@ -100,6 +104,8 @@ export class AgentConnection {
   #pushing: Promise<void> | null = null;
   #pushAgain = false;
   #badFrames: number[] = [];
+  /** The credential this connection's hello presented (replaced by a renewal on this connection). */
+  #credential: string | null = null;
   readonly #placed = new PlacedWorkloads();
   #handshakeTimer: NodeJS.Timeout | null;
   #resolveFinished!: () => void;
@@ -398,9 +404,46 @@ export class AgentConnection {
       case 'inventory':
         await this.ctx.hosts.updateInventory(hostId, message.inventory);
         return;
+      case 'renew_credential':
+        await this.#renewCredential(hostId, message);
+        return;
       default:
         return;
     }
+  }
+
+  async #renewCredential(hostId: string, message: MessageOf<'renew_credential'>): Promise<void> {
+    const renewed = this.#credential
+      ? await this.ctx.hosts.renewCredential(hostId, this.#credential, this.ctx.settings.credentialGraceMs)
+      : null;
+    if (!renewed) {
+      // The credential changed under this connection (another renewal, the host deleted): start over.
+      this.refuse(
+        'credential_invalid',
+        'the credential this connection presented can no longer be renewed; reconnect',
+        true,
+        CLOSE_CODES.refusedRetry,
+        message.id,
+      );
+      return;
+    }
+    this.#credential = renewed.credential;
+    this.#log().info(
+      this.#details({ previousValidUntil: renewed.previousValidUntil.toISOString() }),
+      'host credential renewed',
+    );
+    this.#send(
+      createMessage(
+        'credential_renewed',
+        {
+          hostId,
+          credential: renewed.credential,
+          issuedAt: renewed.issuedAt.getTime(),
+          previousValidUntil: renewed.previousValidUntil.getTime(),
+        },
+        { id: message.id },
+      ),
+    );
   }
 
   /** The items of workloads placed on this host; the others are dropped, counted and logged. */
@@ -521,6 +564,7 @@ export class AgentConnection {
       inventory: message.inventory,
     });
     this.hostId = hostId;
+    this.#credential = message.credential;
     this.agentVersion = message.agentVersion;
     this.#welcomed = true;
     // The socket may have closed while the database was written; the queued disconnect then follows.
@@ -539,6 +583,11 @@ export class AgentConnection {
           metricsSeconds: this.ctx.settings.metricsSeconds,
           serverVersion: this.ctx.settings.serverVersion,
           serverTime: this.ctx.clock.now().getTime(),
+          credentialRenewSeconds: this.ctx.settings.credentialRenewSeconds,
+          // A credential already renewed away counts as issued at the epoch: the agent renews at once.
+          credentialIssuedAt: auth.previous
+            ? 0
+            : (auth.host.credentialIssuedAt ?? auth.host.createdAt).getTime(),
         },
         { id: message.id },
       ),

@@ -36,7 +36,15 @@ export const DEFAULT_PREAUTH_LIMIT = 128;
 
 export interface AgentGatewayOptions {
   config: Pick<Config, 'heartbeatSeconds' | 'hostGraceSeconds' | 'metricsSeconds'> &
-    Partial<Pick<Config, 'agentHandshakeSeconds' | 'agentPreAuthLimit'>>;
+    Partial<
+      Pick<
+        Config,
+        | 'agentHandshakeSeconds'
+        | 'agentPreAuthLimit'
+        | 'hostCredentialRenewSeconds'
+        | 'hostCredentialGraceSeconds'
+      >
+    >;
   db: Database;
   clock: Clock;
   hosts: HostService;
@@ -111,6 +119,8 @@ export class AgentGateway {
         options.handshakeTimeoutMs ??
         (options.config.agentHandshakeSeconds ?? DEFAULT_HANDSHAKE_SECONDS) * 1000,
       desiredAckTimeoutMs: options.desiredAckTimeoutMs ?? 60_000,
+      credentialRenewSeconds: options.config.hostCredentialRenewSeconds ?? 30 * 86_400,
+      credentialGraceMs: (options.config.hostCredentialGraceSeconds ?? 3_600) * 1000,
       serverVersion: CONTROL_PLANE_VERSION,
     };
     // maxPayload enforces MAX_FRAME_BYTES: ws closes a larger frame's connection with 1009.

@@ -47,6 +47,8 @@ export function createFleet(
     | 'metricsToken'
     | 'agentHandshakeSeconds'
     | 'agentPreAuthLimit'
+    | 'hostCredentialRenewSeconds'
+    | 'hostCredentialGraceSeconds'
   >,
   db: Database,
   clock: Clock,
