@@ -449,12 +449,16 @@ export class AgentConnection {
   /** The items of workloads placed on this host; the others are dropped, counted and logged. */
   #ownOnly<T extends { workloadId: string }>(items: T[], type: string): T[] {
     const now = this.ctx.clock.now().getTime();
-    const own = items.filter((item) => this.#placed.has(item.workloadId, now));
+    const own: T[] = [];
+    const foreign = new Set<string>();
+    for (const item of items) {
+      if (this.#placed.has(item.workloadId, now)) own.push(item);
+      else foreign.add(item.workloadId);
+    }
     if (own.length < items.length) {
-      const foreign = [...new Set(items.filter((i) => !own.includes(i)).map((i) => i.workloadId))];
       this.ctx.metrics.agentBadFrames.inc({ code: 'foreign_workload' }, items.length - own.length);
       this.#log().warn(
-        this.#details({ type, dropped: items.length - own.length, workloadIds: foreign.slice(0, 10) }),
+        this.#details({ type, dropped: items.length - own.length, workloadIds: [...foreign].slice(0, 10) }),
         'agent reported workloads not placed on its host; dropped',
       );
     }
