@@ -18,6 +18,7 @@ import { type CredentialStore, fileCredentialStore } from './connection/credenti
 import type { HandshakeResult } from './connection/handshake.ts';
 import { runHeartbeats } from './connection/heartbeat.ts';
 import { runConnectionLoop } from './connection/loop.ts';
+import { runCredentialRenewal } from './connection/renewal.ts';
 import { type Dialer, wsDialer } from './connection/transport.ts';
 import { connectUrl } from './connection/url.ts';
 import { volumeDir } from './docker/container-config.ts';
@@ -348,6 +349,24 @@ export function createAgent(options: AgentOptions): Agent {
       }
     });
     channel = ch;
+    // Alongside the session, never ending it: a failed renewal is retried on the next connection.
+    void runCredentialRenewal(
+      ch,
+      {
+        credential,
+        welcome,
+        credentials,
+        clock,
+        logger,
+        timeoutMs: options.handshakeTimeoutMs ?? 15_000,
+        renewed: (next) => {
+          sessionCredential = next;
+        },
+      },
+      signal,
+    ).catch((err: unknown) => {
+      if (!signal.aborted) logger.warn({ err: errorMessage(err) }, 'host credential renewal failed');
+    });
     try {
       // Resync: whatever the control plane missed while the connection was down.
       sendActualState();

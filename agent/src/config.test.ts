@@ -29,7 +29,46 @@ describe('agent configuration', () => {
       simulateGpus: null,
       nvmlLibrary: null,
       logLevel: 'info',
+      allowInsecureControlPlane: false,
     });
+  });
+
+  it.each([
+    ['https://cp.example.com', {}, true],
+    ['wss://cp.example.com', {}, true],
+    ['http://127.0.0.1:8080', {}, true],
+    ['ws://127.0.0.2:8080', {}, true],
+    ['http://localhost:8080', {}, true],
+    ['ws://[::1]:8080', {}, true],
+    ['http://cp.example.com', {}, false],
+    ['ws://10.0.0.5:8080', {}, false],
+    ['ws://[::ffff:10.0.0.5]:8080', {}, false],
+    ['http://localhost.example.com', {}, false],
+    ['ws://10.0.0.5:8080', { ANVIL_ALLOW_INSECURE_CONTROL_PLANE: 'true' }, true],
+    ['http://cp.example.com', { ANVIL_ALLOW_INSECURE_CONTROL_PLANE: '1' }, true],
+    ['http://cp.example.com', { ANVIL_ALLOW_INSECURE_CONTROL_PLANE: 'false' }, false],
+  ])(
+    'control plane %s with %j: accepted %s (plain text only to loopback or by opt-in)',
+    async (url, env, ok) => {
+      const load = config(['--control-plane', url], env);
+      if (ok) await expect(load).resolves.toMatchObject({ controlPlane: url });
+      else await expect(load).rejects.toThrow(/not encrypted.*--allow-insecure-control-plane/);
+    },
+  );
+
+  it('takes the opt-in from the flag and the config file too', async () => {
+    expect(
+      await config(['--control-plane', 'ws://10.0.0.5', '--allow-insecure-control-plane', 'true']),
+    ).toMatchObject({ allowInsecureControlPlane: true });
+    expect(
+      await config(
+        ['--config', '/c.json'],
+        {},
+        {
+          '/c.json': JSON.stringify({ controlPlane: 'ws://10.0.0.5', allowInsecureControlPlane: 'true' }),
+        },
+      ),
+    ).toMatchObject({ allowInsecureControlPlane: true });
   });
 
   it('ranks flags over env over file over defaults', async () => {

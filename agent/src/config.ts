@@ -3,10 +3,12 @@
  *
  * Sources, highest precedence first:
  *   1. command-line flags      --control-plane, --join-token, --state-dir, --volume-root,
- *                              --simulate-gpus, --nvml-library, --log-level, --config
+ *                              --simulate-gpus, --nvml-library, --log-level, --config,
+ *                              --allow-insecure-control-plane true
  *   2. environment variables   ANVIL_CONTROL_PLANE, ANVIL_JOIN_TOKEN, ANVIL_STATE_DIR,
  *                              ANVIL_VOLUME_ROOT, ANVIL_SIMULATE_GPUS, ANVIL_NVML_LIBRARY,
- *                              ANVIL_LOG_LEVEL, ANVIL_AGENT_CONFIG (path of the config file)
+ *                              ANVIL_LOG_LEVEL, ANVIL_AGENT_CONFIG (path of the config file),
+ *                              ANVIL_ALLOW_INSECURE_CONTROL_PLANE
  *   3. JSON config file        { "controlPlane", "joinToken", "stateDir", "volumeRoot",
  *                                "simulateGpus", "nvmlLibrary", "logLevel" }
  *   4. defaults                stateDir /var/lib/anvil-agent, volumeRoot <stateDir>/volumes,
@@ -20,6 +22,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
+import { insecureControlPlaneRefusal } from './connection/url.ts';
 import { parseSimulateGpus } from './gpu/simulate.ts';
 
 export interface AgentConfig {
@@ -30,6 +33,8 @@ export interface AgentConfig {
   simulateGpus: string | null;
   nvmlLibrary: string | null;
   logLevel: string;
+  /** Accepts a ws:// (http://) control plane that is not on loopback; off: such a URL is refused. */
+  allowInsecureControlPlane: boolean;
 }
 
 export const DEFAULT_STATE_DIR = '/var/lib/anvil-agent';
@@ -45,6 +50,7 @@ const ConfigFile = Type.Object(
     simulateGpus: Type.Optional(Type.String()),
     nvmlLibrary: Type.Optional(Type.String()),
     logLevel: Type.Optional(Type.String()),
+    allowInsecureControlPlane: Type.Optional(Type.String()),
   },
   // A misspelt key would otherwise be ignored in silence.
   { additionalProperties: false },
@@ -59,6 +65,7 @@ const FLAGS: Record<Keys, string> = {
   simulateGpus: 'simulate-gpus',
   nvmlLibrary: 'nvml-library',
   logLevel: 'log-level',
+  allowInsecureControlPlane: 'allow-insecure-control-plane',
 };
 const ENV: Record<Keys, string> = {
   controlPlane: 'ANVIL_CONTROL_PLANE',
@@ -68,11 +75,13 @@ const ENV: Record<Keys, string> = {
   simulateGpus: 'ANVIL_SIMULATE_GPUS',
   nvmlLibrary: 'ANVIL_NVML_LIBRARY',
   logLevel: 'ANVIL_LOG_LEVEL',
+  allowInsecureControlPlane: 'ANVIL_ALLOW_INSECURE_CONTROL_PLANE',
 };
 
 export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-token <token>] [--state-dir <dir>]
                        [--volume-root <dir>] [--simulate-gpus 2xH100] [--nvml-library <path>]
                        [--log-level info] [--config <file.json>]
+                       [--allow-insecure-control-plane true]   (needed for ws:// or http:// off loopback)
 Each flag also reads from an ANVIL_* environment variable or the JSON config file (see agent/README.md).`;
 
 export class ConfigError extends Error {
@@ -146,6 +155,10 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
   if (!controlPlane) {
     throw new ConfigError('no control plane given: pass --control-plane <url> or set ANVIL_CONTROL_PLANE');
   }
+  const insecure = (pick('allowInsecureControlPlane') ?? 'false').toLowerCase();
+  if (!['true', 'false', '1', '0'].includes(insecure)) {
+    throw new ConfigError(`allow insecure control plane ${JSON.stringify(insecure)}: expected true or false`);
+  }
   const stateDir = pick('stateDir') ?? DEFAULT_STATE_DIR;
   const logLevel = pick('logLevel') ?? 'info';
   if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
@@ -159,6 +172,14 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
       throw new ConfigError((err as Error).message);
     }
   }
+  const allowInsecureControlPlane = insecure === 'true' || insecure === '1';
+  let refusal: string | null = null;
+  try {
+    refusal = insecureControlPlaneRefusal(controlPlane, allowInsecureControlPlane);
+  } catch {
+    // Not a URL: said when the agent dials, as before.
+  }
+  if (refusal) throw new ConfigError(refusal);
   return {
     help: false,
     config: {
@@ -169,6 +190,7 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
       simulateGpus,
       nvmlLibrary: pick('nvmlLibrary') ?? null,
       logLevel,
+      allowInsecureControlPlane,
     },
   };
 }

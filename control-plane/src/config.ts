@@ -33,6 +33,14 @@ export interface Config {
   hostGraceSeconds: number;
   /** Agents' metric sampling interval, sent to them in welcome. */
   metricsSeconds: number;
+  /** An agent socket that has not said hello this long after opening is closed (ANVIL_AGENT_HANDSHAKE_SECONDS). */
+  agentHandshakeSeconds: number;
+  /** Agent sockets open at once without a hello; more are answered 503 (ANVIL_AGENT_PREAUTH_LIMIT). */
+  agentPreAuthLimit: number;
+  /** Agents renew their host credential once it is this old (ANVIL_HOST_CREDENTIAL_RENEW_SECONDS). */
+  hostCredentialRenewSeconds: number;
+  /** How long a renewed-away credential keeps working (ANVIL_HOST_CREDENTIAL_GRACE_SECONDS). */
+  hostCredentialGraceSeconds: number;
   /** Bearer token of the Prometheus endpoint /metrics; null: /metrics does not exist (404). */
   metricsToken: string | null;
   /** `npm start` also runs an agent for this machine (ANVIL_LOCAL_AGENT=0 turns it off). */
@@ -262,6 +270,16 @@ export function loadConfig(env: Env = process.env): Config {
     heartbeatSeconds,
     hostGraceSeconds,
     metricsSeconds: integer(env, 'ANVIL_METRICS_SECONDS', 15, 1, 3600),
+    agentHandshakeSeconds: integer(env, 'ANVIL_AGENT_HANDSHAKE_SECONDS', 20, 1, 600),
+    agentPreAuthLimit: integer(env, 'ANVIL_AGENT_PREAUTH_LIMIT', 128, 1, 100_000),
+    hostCredentialRenewSeconds: integer(
+      env,
+      'ANVIL_HOST_CREDENTIAL_RENEW_SECONDS',
+      30 * 86_400,
+      1,
+      3_650 * 86_400,
+    ),
+    hostCredentialGraceSeconds: integer(env, 'ANVIL_HOST_CREDENTIAL_GRACE_SECONDS', 3_600, 0, 30 * 86_400),
     metricsToken,
     localAgent: localAgentText === '1' || localAgentText === 'true',
     gpuPricesFile: env['ANVIL_GPU_PRICES_FILE'] ? resolve(env['ANVIL_GPU_PRICES_FILE']) : null,

@@ -182,7 +182,7 @@ export function createContext(
     clock,
     keys,
     apiKeys,
-    rateLimits: new RateLimitService({ db, clock }),
+    rateLimits: new RateLimitService({ db, clock, access: accounts.access, audit: accounts.audit }),
     requestLog,
     apiUsage: new ApiUsageService(db.sql, clock, requestLog),
     accounts,

@@ -17,6 +17,8 @@ export const ERROR_STATUS = {
   METHOD_NOT_ALLOWED: 405,
   CONFLICT: 409,
   BOOST_ALREADY_ACTIVE: 409,
+  /** Not in the spec: a temporary boost asked for within the cooldown after the previous one ended. */
+  BOOST_COOLDOWN: 409,
   // Accounts: team, roles and permissions, profile, settings (spec: Errors; unnamed statuses noted).
   MEMBER_ALREADY_EXISTS: 409,
   ROLE_NAME_EXISTS: 409,

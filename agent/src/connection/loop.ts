@@ -60,13 +60,20 @@ export async function runConnectionLoop(
 }
 
 async function connectOnce(options: ConnectionLoopOptions, signal: AbortSignal, runSession: SessionRunner) {
+  // Gathered before dialing: the control plane gives an unauthenticated socket only a short time
+  // (ANVIL_AGENT_HANDSHAKE_SECONDS) to say hello, and on a busy machine gathering takes seconds.
+  const gathered = await options.inventory().then(
+    (value) => ({ ok: true as const, value }),
+    (err: unknown) => ({ ok: false as const, err }),
+  );
+  const inventory = () => (gathered.ok ? Promise.resolve(gathered.value) : Promise.reject(gathered.err));
   const transport = await options.dial(options.url, signal);
   const channel = new Channel(transport, options.logger, options.protocolVersion);
   const sessionAbort = new AbortController();
   const onAbort = () => channel.close(1000, 'agent shutting down');
   signal.addEventListener('abort', onAbort, { once: true });
   try {
-    const result = await handshake(channel, { ...options });
+    const result = await handshake(channel, { ...options, inventory });
     // The first of: the session fails or returns, the connection ends. The loser's later settlement
     // is observed here so it never surfaces as an unhandled rejection.
     const ended = channel.ended.then((reason) => Promise.reject(reason));

@@ -17,3 +17,27 @@ export function connectUrl(controlPlane: string): string {
   url.hash = '';
   return url.toString();
 }
+
+/** Loopback names and addresses: plain ws:// to these never leaves the machine. */
+function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  if (host === 'localhost' || host.endsWith('.localhost') || host === '::1') return true;
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
+/**
+ * Why `controlPlane` must not be used, or null. The host credential travels in the hello and the channel
+ * carries every container's logs and the commands the agent obeys: over plain ws:// (or http://) anyone on
+ * the path reads and could replay them. Plain text is accepted only to a loopback address, or where the
+ * operator opted in (allowInsecure: --allow-insecure-control-plane / ANVIL_ALLOW_INSECURE_CONTROL_PLANE=true).
+ */
+export function insecureControlPlaneRefusal(controlPlane: string, allowInsecure: boolean): string | null {
+  const url = new URL(connectUrl(controlPlane));
+  if (url.protocol === 'wss:' || allowInsecure || isLoopbackHost(url.hostname)) return null;
+  return (
+    `control plane url ${JSON.stringify(controlPlane)} is not encrypted (ws:// or http://) and not a loopback ` +
+    'address: the host credential and every command would cross the network in clear text. Use https:// ' +
+    '(wss://), or opt in with --allow-insecure-control-plane (ANVIL_ALLOW_INSECURE_CONTROL_PLANE=true) on a ' +
+    'network you trust'
+  );
+}

@@ -722,6 +722,14 @@ export class SettingsService {
         }
         const to = given ?? (get(n, ['email', 'email']) as string | null);
         if (!to) throw validationError('email', 'is required: the account has no notification address');
+        // A test send is mail on the operator's behalf: only to the account's own people, never to any
+        // address a caller names (the route would otherwise relay mail to strangers).
+        if (!(await this.isMemberAddress(member.accountId, to))) {
+          throw validationError(
+            'email',
+            `${to} is not the address of an active member of this account; test e-mails go only to members`,
+          );
+        }
         const result = await this.deps.notifier
           .email({
             to,
@@ -738,6 +746,16 @@ export class SettingsService {
         };
       }
     }
+  }
+
+  private async isMemberAddress(accountId: string, address: string): Promise<boolean> {
+    // Compared here rather than with ILIKE, where `_` and `%` in the given address would be wildcards.
+    const wanted = address.trim().toLowerCase();
+    const members = await this.deps.db.prisma.user.findMany({
+      where: { accountId, status: 'active' },
+      select: { email: true },
+    });
+    return members.some((m) => m.email.trim().toLowerCase() === wanted);
   }
 
   // ---- export and import ----

@@ -21,6 +21,7 @@ import type { HostService } from '../hosts/hosts.ts';
 import type { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import type { TelemetryService } from '../telemetry/telemetry.ts';
 import type { WorkloadService } from '../workloads/workloads.ts';
+import { PlacedWorkloads } from './placed-workloads.ts';
 
 export interface GatewayLogger {
   debug(details: object, message: string): void;
@@ -36,6 +37,10 @@ export interface GatewaySettings {
   handshakeTimeoutMs: number;
   /** How long a desired_state waits for its reply before the wait is logged and dropped. */
   desiredAckTimeoutMs: number;
+  /** Told to agents in welcome: renew the host credential once it is this old. */
+  credentialRenewSeconds: number;
+  /** How long a renewed-away credential keeps working. */
+  credentialGraceMs: number;
   serverVersion: string;
 }
 
@@ -99,6 +104,9 @@ export class AgentConnection {
   #pushing: Promise<void> | null = null;
   #pushAgain = false;
   #badFrames: number[] = [];
+  /** The credential this connection's hello presented (replaced by a renewal on this connection). */
+  #credential: string | null = null;
+  readonly #placed = new PlacedWorkloads();
   #handshakeTimer: NodeJS.Timeout | null;
   #resolveFinished!: () => void;
 
@@ -364,16 +372,30 @@ export class AgentConnection {
       case 'container_state':
         await this.ctx.workloads.recordContainerState(hostId, message);
         return;
-      case 'metric_batch':
-        this.ctx.telemetry.ingestMetrics(hostId, message.samples, message.dropped);
+      case 'metric_batch': {
+        await this.#placed.ready;
+        const samples = message.samples.map((sample) => ({
+          ...sample,
+          containers: this.#ownOnly(sample.containers, 'metric_batch'),
+        }));
+        this.ctx.telemetry.ingestMetrics(hostId, samples, message.dropped);
         return;
+      }
       case 'log_batch':
-        this.ctx.telemetry.ingestLogs(hostId, message.entries);
+        await this.#placed.ready;
+        this.ctx.telemetry.ingestLogs(hostId, this.#ownOnly(message.entries, 'log_batch'));
         return;
       case 'logs_dropped': {
-        const lines = message.losses.reduce((sum, l) => sum + l.lines, 0);
+        await this.#placed.ready;
+        // A loss without a workload (the agent's own buffer) is the host's to report.
+        const hostWide = message.losses.filter((l) => l.workloadId === null);
+        const attributed = message.losses.flatMap((l) =>
+          l.workloadId === null ? [] : [{ ...l, workloadId: l.workloadId }],
+        );
+        const losses = [...hostWide, ...this.#ownOnly(attributed, 'logs_dropped')];
+        const lines = losses.reduce((sum, l) => sum + l.lines, 0);
         this.#log().warn(this.#details({ lines }), 'agent dropped log lines while its buffer was full');
-        await this.ctx.telemetry.recordLogLosses(hostId, message.losses);
+        await this.ctx.telemetry.recordLogLosses(hostId, losses);
         return;
       }
       case 'pull_progress':
@@ -382,9 +404,65 @@ export class AgentConnection {
       case 'inventory':
         await this.ctx.hosts.updateInventory(hostId, message.inventory);
         return;
+      case 'renew_credential':
+        await this.#renewCredential(hostId, message);
+        return;
       default:
         return;
     }
+  }
+
+  async #renewCredential(hostId: string, message: MessageOf<'renew_credential'>): Promise<void> {
+    const renewed = this.#credential
+      ? await this.ctx.hosts.renewCredential(hostId, this.#credential, this.ctx.settings.credentialGraceMs)
+      : null;
+    if (!renewed) {
+      // The credential changed under this connection (another renewal, the host deleted): start over.
+      this.refuse(
+        'credential_invalid',
+        'the credential this connection presented can no longer be renewed; reconnect',
+        true,
+        CLOSE_CODES.refusedRetry,
+        message.id,
+      );
+      return;
+    }
+    this.#credential = renewed.credential;
+    this.#log().info(
+      this.#details({ previousValidUntil: renewed.previousValidUntil.toISOString() }),
+      'host credential renewed',
+    );
+    this.#send(
+      createMessage(
+        'credential_renewed',
+        {
+          hostId,
+          credential: renewed.credential,
+          issuedAt: renewed.issuedAt.getTime(),
+          previousValidUntil: renewed.previousValidUntil.getTime(),
+        },
+        { id: message.id },
+      ),
+    );
+  }
+
+  /** The items of workloads placed on this host; the others are dropped, counted and logged. */
+  #ownOnly<T extends { workloadId: string }>(items: T[], type: string): T[] {
+    const now = this.ctx.clock.now().getTime();
+    const own: T[] = [];
+    const foreign = new Set<string>();
+    for (const item of items) {
+      if (this.#placed.has(item.workloadId, now)) own.push(item);
+      else foreign.add(item.workloadId);
+    }
+    if (own.length < items.length) {
+      this.ctx.metrics.agentBadFrames.inc({ code: 'foreign_workload' }, items.length - own.length);
+      this.#log().warn(
+        this.#details({ type, dropped: items.length - own.length, workloadIds: [...foreign].slice(0, 10) }),
+        'agent reported workloads not placed on its host; dropped',
+      );
+    }
+    return own;
   }
 
   async #register(message: MessageOf<'register'>): Promise<void> {
@@ -490,6 +568,7 @@ export class AgentConnection {
       inventory: message.inventory,
     });
     this.hostId = hostId;
+    this.#credential = message.credential;
     this.agentVersion = message.agentVersion;
     this.#welcomed = true;
     // The socket may have closed while the database was written; the queued disconnect then follows.
@@ -508,6 +587,11 @@ export class AgentConnection {
           metricsSeconds: this.ctx.settings.metricsSeconds,
           serverVersion: this.ctx.settings.serverVersion,
           serverTime: this.ctx.clock.now().getTime(),
+          credentialRenewSeconds: this.ctx.settings.credentialRenewSeconds,
+          // A credential already renewed away counts as issued at the epoch: the agent renews at once.
+          credentialIssuedAt: auth.previous
+            ? 0
+            : (auth.host.credentialIssuedAt ?? auth.host.createdAt).getTime(),
         },
         { id: message.id },
       ),
@@ -561,7 +645,19 @@ export class AgentConnection {
   async #pushOnce(): Promise<void> {
     const hostId = this.hostId;
     if (!hostId || this.#state !== 'ready') return;
-    const set = await this.ctx.workloads.desiredSet(hostId);
+    const set = await this.ctx.workloads.desiredSet(hostId).catch((error: unknown) => {
+      // Ingestion waits for the first set; a failed read must not hold it forever.
+      this.#placed.loaded();
+      throw error;
+    });
+    if (set) {
+      this.#placed.refresh(
+        set.workloads.map((w) => w.workloadId),
+        this.ctx.clock.now().getTime(),
+      );
+    } else {
+      this.#placed.loaded();
+    }
     if (!set || this.#state !== 'ready' || set.generation <= this.#lastSentGeneration) return;
     this.#lastSentGeneration = set.generation;
     const message = createMessage('desired_state', { generation: set.generation, workloads: set.workloads });

@@ -31,9 +31,20 @@ import { type BusMessage, ReplicaBus } from './replica-bus.ts';
 export const CONTROL_PLANE_VERSION = '0.1.0';
 
 export const DEFAULT_COMMAND_TIMEOUT_MS = 30_000;
+export const DEFAULT_HANDSHAKE_SECONDS = 20;
+export const DEFAULT_PREAUTH_LIMIT = 128;
 
 export interface AgentGatewayOptions {
-  config: Pick<Config, 'heartbeatSeconds' | 'hostGraceSeconds' | 'metricsSeconds'>;
+  config: Pick<Config, 'heartbeatSeconds' | 'hostGraceSeconds' | 'metricsSeconds'> &
+    Partial<
+      Pick<
+        Config,
+        | 'agentHandshakeSeconds'
+        | 'agentPreAuthLimit'
+        | 'hostCredentialRenewSeconds'
+        | 'hostCredentialGraceSeconds'
+      >
+    >;
   db: Database;
   clock: Clock;
   hosts: HostService;
@@ -82,6 +93,9 @@ export class AgentGateway {
   readonly #wss: WebSocketServer;
   readonly #bus: ReplicaBus;
   readonly #connections = new Set<AgentConnection>();
+  /** Sockets open without a welcome yet: unauthenticated, so their number is capped. */
+  readonly #unwelcomed = new Set<AgentConnection>();
+  readonly #preAuthLimit: number;
   readonly #byHost = new Map<string, AgentConnection>();
   readonly #heartbeats = new Map<string, number>();
   readonly #relayed = new Map<string, RelayWaiter>();
@@ -99,9 +113,14 @@ export class AgentGateway {
     this.#settings = {
       heartbeatSeconds: options.config.heartbeatSeconds,
       metricsSeconds: options.config.metricsSeconds,
-      // Generous: an agent on a busy machine gathers its inventory (seconds) before its hello.
-      handshakeTimeoutMs: options.handshakeTimeoutMs ?? 60_000,
+      // Short, since every socket without a hello is an unauthenticated stranger holding a slot, yet
+      // enough for an agent on a busy machine to gather its inventory (seconds) before its hello.
+      handshakeTimeoutMs:
+        options.handshakeTimeoutMs ??
+        (options.config.agentHandshakeSeconds ?? DEFAULT_HANDSHAKE_SECONDS) * 1000,
       desiredAckTimeoutMs: options.desiredAckTimeoutMs ?? 60_000,
+      credentialRenewSeconds: options.config.hostCredentialRenewSeconds ?? 30 * 86_400,
+      credentialGraceMs: (options.config.hostCredentialGraceSeconds ?? 3_600) * 1000,
       serverVersion: CONTROL_PLANE_VERSION,
     };
     // maxPayload enforces MAX_FRAME_BYTES: ws closes a larger frame's connection with 1009.
@@ -111,6 +130,7 @@ export class AgentGateway {
       perMessageDeflate: false,
       clientTracking: false,
     });
+    this.#preAuthLimit = options.config.agentPreAuthLimit ?? DEFAULT_PREAUTH_LIMIT;
     this.#bus = new ReplicaBus(options.db, this.replicaId);
     this.#context = {
       replicaId: this.replicaId,
@@ -168,6 +188,16 @@ export class AgentGateway {
         reject(socket, 503, 'Service Unavailable');
         return;
       }
+      if (this.#unwelcomed.size >= this.#preAuthLimit) {
+        // Refused before the upgrade: a flood of sockets that never authenticate costs no WebSocket.
+        this.#o.metrics.agentRefusals.inc({ code: 'preauth_limit' });
+        this.#logger.warn(
+          { remote: request.socket.remoteAddress, limit: this.#preAuthLimit },
+          'too many agent sockets without a hello; refused',
+        );
+        reject(socket, 503, 'Service Unavailable', { 'Retry-After': '5' });
+        return;
+      }
       this.#wss.handleUpgrade(request, socket, head, (ws) => this.#accept(ws, request));
     });
   }
@@ -180,7 +210,11 @@ export class AgentGateway {
       'unknown';
     const connection = new AgentConnection(ws, remote, this.#context);
     this.#connections.add(connection);
-    void connection.finished.then(() => this.#connections.delete(connection));
+    this.#unwelcomed.add(connection);
+    void connection.finished.then(() => {
+      this.#connections.delete(connection);
+      this.#unwelcomed.delete(connection);
+    });
     if (this.#closing) {
       connection.refuse(
         'server_shutting_down',
@@ -210,6 +244,7 @@ export class AgentGateway {
   }
 
   async #welcomed(connection: AgentConnection): Promise<void> {
+    this.#unwelcomed.delete(connection);
     const hostId = connection.hostId!;
     const previous = this.#byHost.get(hostId);
     this.#byHost.set(hostId, connection);
@@ -541,6 +576,9 @@ export class AgentGateway {
   }
 }
 
-function reject(socket: Duplex, status: number, text: string): void {
-  socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+function reject(socket: Duplex, status: number, text: string, headers: Record<string, string> = {}): void {
+  const extra = Object.entries(headers)
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join('');
+  socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\n${extra}Content-Length: 0\r\n\r\n`);
 }

@@ -86,6 +86,9 @@ export class LocalAgent {
       if (value !== undefined) env[name] = value;
     }
     env['ANVIL_LOG_LEVEL'] ??= options.logLevel === 'silent' ? 'error' : options.logLevel;
+    // The control plane's own address, even a non-loopback one it listens on, is reached over the
+    // machine's loopback: plain http:// stays on this machine.
+    env['ANVIL_ALLOW_INSECURE_CONTROL_PLANE'] = 'true';
     const hasCredential = existsSync(join(options.stateDir, 'credential.json'));
     // The token travels in the environment, not on the command line, where `ps` would show it.
     if (!hasCredential) env['ANVIL_JOIN_TOKEN'] = await options.createJoinToken();

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -69,5 +69,40 @@ describe('secret box', () => {
     });
     expect(configured.source).toBe('config');
     expect(configured.box.keyId).not.toBe(first.box.keyId);
+  });
+
+  it.each([
+    [0o600, true],
+    [0o400, true],
+    [0o640, false],
+    [0o604, false],
+    [0o644, false],
+    [0o620, false],
+    [0o666, false],
+    [0o700, true],
+    [0o710, false],
+  ])('a secret.key of mode %o is %s accepted (group/world access refuses the start)', (mode, accepted) => {
+    const dir = mkdtempSync(join(tmpdir(), 'anvil-secret-'));
+    dirs.push(dir);
+    const dataDir = join(dir, 'data');
+    mkdirSync(dataDir);
+    const path = join(dataDir, 'secret.key');
+    writeFileSync(path, `${randomBytes(32).toString('hex')}\n`);
+    chmodSync(path, mode);
+    const load = () => loadSecretBox({ secretKey: null, previousSecretKeys: [], dataDir });
+    if (accepted) expect(load().source).toBe('file');
+    else expect(load).toThrow(new RegExp(`mode 0${mode.toString(8)}.*chmod 600 ${path}`));
+  });
+
+  it('creates the key file 0600 whatever the umask', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'anvil-secret-'));
+    dirs.push(dir);
+    const previous = process.umask(0);
+    try {
+      const loaded = loadSecretBox({ secretKey: null, previousSecretKeys: [], dataDir: join(dir, 'data') });
+      expect(statSync(loaded.path!).mode & 0o777).toBe(0o600);
+    } finally {
+      process.umask(previous);
+    }
   });
 });

@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
-import { linkSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, linkSync, mkdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /**
@@ -106,6 +106,10 @@ export type SecretKeySource = 'config' | 'file' | 'generated';
  * The key from configuration, or for a development setup without one, the key in
  * `<dataDir>/secret.key` (created with mode 0600 on first use). Creation is atomic (write a temporary
  * file, then hard-link it into place), so processes starting together end up with the same key.
+ *
+ * Policy: a key file that its group or other users may read or write (any of mode 0077) is refused, and
+ * the control plane does not start: whoever can read it can open every stored secret, and a warning in a
+ * log nobody reads protects nothing. The error names the file and the `chmod 600` that fixes it.
  */
 export function loadSecretBox(options: {
   secretKey: Buffer | null;
@@ -125,6 +129,8 @@ export function loadSecretBox(options: {
   mkdirSync(options.dataDir, { recursive: true });
   const temp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}`;
   writeFileSync(temp, `${randomBytes(32).toString('base64')}\n`, { mode: 0o600 });
+  // The mode given to writeFileSync applies only to a file it creates; make sure of it either way.
+  chmodSync(temp, 0o600);
   let source: SecretKeySource = 'generated';
   try {
     linkSync(temp, path);
@@ -139,9 +145,19 @@ export function loadSecretBox(options: {
   return { box: new SecretBox(key, options.previousSecretKeys), source, path };
 }
 
+/** Mode bits that let the file's group or other users read, write or run it. */
+const SHARED_MODE_BITS = 0o077;
+
 function readKeyFile(path: string): Buffer | null {
   let text: string;
   try {
+    const mode = statSync(path).mode & 0o777;
+    if ((mode & SHARED_MODE_BITS) !== 0) {
+      throw new SecretBoxError(
+        `${path} has mode 0${mode.toString(8)}: other users may read the key that opens every stored ` +
+          `secret; refusing to start. Run \`chmod 600 ${path}\` (or set ANVIL_SECRET_KEY) and start again`,
+      );
+    }
     text = readFileSync(path, 'utf8');
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;

@@ -41,7 +41,17 @@ export interface FleetOptions {
 }
 
 export function createFleet(
-  config: Pick<Config, 'heartbeatSeconds' | 'hostGraceSeconds' | 'metricsSeconds' | 'metricsToken'>,
+  config: Pick<
+    Config,
+    | 'heartbeatSeconds'
+    | 'hostGraceSeconds'
+    | 'metricsSeconds'
+    | 'metricsToken'
+    | 'agentHandshakeSeconds'
+    | 'agentPreAuthLimit'
+    | 'hostCredentialRenewSeconds'
+    | 'hostCredentialGraceSeconds'
+  >,
   db: Database,
   clock: Clock,
   options: FleetOptions = {},

@@ -72,7 +72,9 @@ export type RegisterResult =
   | { ok: true; hostId: string; credential: string }
   | { ok: false; reason: string; tokenStatus: JoinTokenStatus | 'unknown' };
 
-export type AuthenticateResult = { ok: true; host: Host } | { ok: false; reason: string };
+export type AuthenticateResult =
+  /** previous: the credential presented is the one a renewal replaced, within its grace. */
+  { ok: true; host: Host; previous?: boolean } | { ok: false; reason: string };
 
 interface WorkloadLite {
   id: string;
@@ -239,7 +241,23 @@ export class HostService {
 
   /** Checks a hello's credential: it must be this host's, and the host must not be deleted. */
   async authenticate(hostId: string, credential: string): Promise<AuthenticateResult> {
-    const host = await this.db.prisma.host.findUnique({ where: { credentialHash: hashSecret(credential) } });
+    const hash = hashSecret(credential);
+    let host = await this.db.prisma.host.findUnique({ where: { credentialHash: hash } });
+    let previousOne = false;
+    if (!host) {
+      // The credential a renewal replaced, during its grace only.
+      const previous = await this.db.prisma.host.findUnique({ where: { previousCredentialHash: hash } });
+      const expires = previous?.previousCredentialExpiresAt;
+      if (previous && expires && expires.getTime() > this.clock.now().getTime()) {
+        host = previous;
+        previousOne = true;
+      } else if (previous && previous.id === hostId) {
+        return {
+          ok: false,
+          reason: `the credential of host ${hostId} was replaced by a renewal and its grace ended at ${expires?.toISOString() ?? 'renewal'}; use the renewed credential`,
+        };
+      }
+    }
     if (!host || host.id !== hostId) return { ok: false, reason: `unknown credential for host ${hostId}` };
     if (host.deletedAt) {
       return {
@@ -247,7 +265,49 @@ export class HostService {
         reason: `host ${hostId} was deleted; register the machine again with a new join token`,
       };
     }
-    return { ok: true, host };
+    return { ok: true, host, previous: previousOne };
+  }
+
+  /**
+   * A new credential for a host whose agent is connected with `presented` (the current credential, or
+   * the previous one within its grace): the credential it replaces keeps working for `graceMs`, then dies.
+   * Renewing from the previous credential replaces the current one (the agent never stored it) and keeps
+   * the earlier grace, so a lost answer cannot stretch an old credential's life.
+   */
+  async renewCredential(
+    hostId: string,
+    presented: string,
+    graceMs: number,
+  ): Promise<{ credential: string; issuedAt: Date; previousValidUntil: Date } | null> {
+    const now = this.clock.now();
+    const presentedHash = hashSecret(presented);
+    const credential = generateHostCredential();
+    const host = await this.db.prisma.host.findFirst({ where: { id: hostId, deletedAt: null } });
+    if (!host) return null;
+    let previousValidUntil: Date;
+    if (host.credentialHash === presentedHash) {
+      previousValidUntil = new Date(now.getTime() + graceMs);
+    } else if (
+      host.previousCredentialHash === presentedHash &&
+      host.previousCredentialExpiresAt &&
+      host.previousCredentialExpiresAt.getTime() > now.getTime()
+    ) {
+      previousValidUntil = host.previousCredentialExpiresAt;
+    } else {
+      return null;
+    }
+    const updated = await this.db.prisma.host.updateMany({
+      // Compare-and-set: two renewals at once cannot both win.
+      where: { id: hostId, credentialHash: host.credentialHash },
+      data: {
+        credentialHash: hashSecret(credential),
+        credentialIssuedAt: now,
+        previousCredentialHash: presentedHash,
+        previousCredentialExpiresAt: previousValidUntil,
+      },
+    });
+    if (updated.count !== 1) return null;
+    return { credential, issuedAt: now, previousValidUntil };
   }
 
   /** A welcomed connection: the host is ready again and its workloads are no longer marked unreachable. */

@@ -21,8 +21,10 @@ of 10% of the limit (at least one request) in that window; they also carry \`X-R
 Ordinary requests never touch the reserve, so it is there for the critical call that must get through.
 
 **Temporary boost.** POST /v2/auth/temporary-boost multiplies every limit of the account (tier and endpoint;
-unlimited stays unlimited) by 1 < multiplier <= 10 for 1m to 72h, recorded with its reason and the key that
-asked. One boost at a time: asking while one is active answers 409 BOOST_ALREADY_ACTIVE.
+unlimited stays unlimited) by 1 < multiplier <= the tier's ceiling (Free 3, Pro 5, Enterprise 10) for 1m to
+72h, recorded with its reason and the key that asked, and audit-logged. It needs manage_billing (owner, admin).
+One boost at a time: asking while one is active answers 409 BOOST_ALREADY_ACTIVE, and the next may start 7 days
+after one ends (409 BOOST_COOLDOWN).
 
 **Across replicas.** Counters live in PostgreSQL and every control-plane process counts locally, adding
 its counts to the shared counter in one statement every second. A process syncs before deciding on a counter

@@ -1,6 +1,7 @@
-import { ApiError, newId } from '@anvil/shared';
+import { type AccountTier, ApiError, newId } from '@anvil/shared';
+import type { AuditLog } from '../accounts/audit.ts';
+import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
-import type { Principal } from '../auth/principal.ts';
 import type { Database } from '../db/index.ts';
 import { type BackgroundLogger, silentLogger } from '../util/coalesce.ts';
 
@@ -29,6 +30,13 @@ export const BOOST_MAX_MULTIPLIER = 10;
 export const BOOST_MIN_DURATION_MS = 60_000;
 export const BOOST_MAX_DURATION_MS = 72 * 3_600_000;
 export const BOOST_REASON_MAX = 500;
+/**
+ * The highest multiplier each tier may ask for: a boost is for a launch or an import, not a tier upgrade,
+ * so it stays within reach of the next tier's limits.
+ */
+export const BOOST_TIER_CEILING: Readonly<Record<AccountTier, number>> = { free: 3, pro: 5, enterprise: 10 };
+/** After a boost ends, how long until the account may ask for the next one (no back-to-back renewals). */
+export const BOOST_COOLDOWN_MS = 7 * 86_400_000;
 
 const CHANNEL = 'anvil_rate_limit_boosts';
 const UNIT_MS: Record<string, number> = { m: 60_000, h: 3_600_000, d: 86_400_000 };
@@ -53,9 +61,11 @@ export function parseBoostDuration(duration: string): number {
  * the hot path. Every process loads the active boosts at start, again whenever another process announces
  * one (LISTEN/NOTIFY), and every 30 s as a safety net; expiry is checked against the clock at use.
  *
- * One boost at a time per account: asking while one is active answers 409 BOOST_ALREADY_ACTIVE rather
- * than replacing it, so a boost cannot be stretched indefinitely by re-asking and every boost keeps
- * the reason it was granted for. Ask again once it has expired.
+ * Asking needs manage_billing on the billing scope (owner, admin): a boost spends the operator's capacity
+ * as a tier upgrade would. One boost at a time per account: asking while one is active answers 409
+ * BOOST_ALREADY_ACTIVE rather than replacing it, and once it has ended the next one may start only after
+ * BOOST_COOLDOWN_MS (409 BOOST_COOLDOWN), so a boost cannot be renewed forever. The multiplier is capped
+ * per tier (BOOST_TIER_CEILING). Every boost granted is written to the audit log with its reason.
  */
 export class BoostRegistry {
   private active = new Map<string, Boost>();
@@ -66,6 +76,8 @@ export class BoostRegistry {
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
+    private readonly access: AccessControl,
+    private readonly audit: AuditLog,
     private readonly refreshMs = 30_000,
   ) {}
 
@@ -97,7 +109,13 @@ export class BoostRegistry {
     return this.activeFor(accountId, nowMs)?.multiplier ?? 1;
   }
 
-  async create(caller: Principal, request: BoostRequest): Promise<Boost> {
+  async create(actor: Actor, request: BoostRequest): Promise<Boost> {
+    const member = await this.access.require(actor, {
+      permission: 'manage_billing',
+      scope: 'billing',
+      action: 'temporary_boost_attempt',
+    });
+    const caller = actor.principal;
     const { multiplier } = request;
     if (
       !Number.isFinite(multiplier) ||
@@ -117,12 +135,31 @@ export class BoostRegistry {
     const now = this.clock.now();
     const boost = await this.db.prisma.$transaction(async (tx) => {
       // Serialises boosts of one account across processes: the check and the insert see the same state.
-      await tx.$queryRaw`SELECT id FROM accounts WHERE id = ${caller.accountId} FOR UPDATE`;
+      const [account] = await tx.$queryRaw<Array<{ tier: string }>>`
+        SELECT tier FROM accounts WHERE id = ${caller.accountId} FOR UPDATE`;
+      const tier = (account?.tier ?? 'free') as AccountTier;
+      const ceiling = BOOST_TIER_CEILING[tier] ?? BOOST_TIER_CEILING.free;
+      if (multiplier > ceiling) {
+        throw invalid('multiplier', `must be at most ${ceiling} on the ${tier} tier`);
+      }
       const current = await tx.rateLimitBoost.findFirst({
-        where: { accountId: caller.accountId, startsAt: { lte: now }, expiresAt: { gt: now } },
+        where: { accountId: caller.accountId, startsAt: { lte: now } },
         orderBy: { expiresAt: 'desc' },
       });
-      if (current) {
+      if (current && current.expiresAt.getTime() <= now.getTime()) {
+        const next = new Date(current.expiresAt.getTime() + BOOST_COOLDOWN_MS);
+        if (next.getTime() > now.getTime()) {
+          throw new ApiError(
+            'BOOST_COOLDOWN',
+            `the last boost ended at ${current.expiresAt.toISOString()}; the next may start at ${next.toISOString()}`,
+            {
+              boostId: current.id,
+              endedAt: current.expiresAt.toISOString(),
+              nextAllowedAt: next.toISOString(),
+            },
+          );
+        }
+      } else if (current) {
         throw new ApiError(
           'BOOST_ALREADY_ACTIVE',
           `a boost is already active until ${current.expiresAt.toISOString()}; ask again once it has expired`,
@@ -133,7 +170,7 @@ export class BoostRegistry {
           },
         );
       }
-      return tx.rateLimitBoost.create({
+      const created = await tx.rateLimitBoost.create({
         data: {
           id: newId('boost'),
           accountId: caller.accountId,
@@ -145,6 +182,24 @@ export class BoostRegistry {
           createdAt: now,
         },
       });
+      await this.audit.record(
+        {
+          accountId: caller.accountId,
+          type: 'permission_change',
+          action: 'temporary_boost_created',
+          actor: { userId: member.userId, ip: actor.ip },
+          resource: { type: 'rate_limit_boost', id: created.id },
+          details: {
+            multiplier,
+            reason,
+            tier,
+            expiresAt: created.expiresAt.toISOString(),
+            keyId: caller.keyId,
+          },
+        },
+        tx,
+      );
+      return created;
     });
     this.active.set(boost.accountId, boost);
     await this.db.notify(CHANNEL, boost.accountId);

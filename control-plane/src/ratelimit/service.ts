@@ -1,3 +1,5 @@
+import type { AuditLog } from '../accounts/audit.ts';
+import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { Database } from '../db/index.ts';
@@ -73,6 +75,9 @@ export interface RateLimitStatus {
 export interface RateLimitServiceOptions {
   db: Database;
   clock: Clock;
+  /** Who may ask for a boost (manage_billing), and where boosts are recorded. */
+  access: AccessControl;
+  audit: AuditLog;
   /** Defaults to the database's rate_limit_counters table. */
   store?: CounterStore;
   syncIntervalMs?: number;
@@ -103,7 +108,7 @@ export class RateLimitService {
       clock: options.clock,
       ...(options.syncIntervalMs === undefined ? {} : { syncIntervalMs: options.syncIntervalMs }),
     });
-    this.boosts = new BoostRegistry(options.db, options.clock);
+    this.boosts = new BoostRegistry(options.db, options.clock, options.access, options.audit);
   }
 
   useLogger(logger: BackgroundLogger): void {
@@ -302,12 +307,9 @@ export class RateLimitService {
     };
   }
 
-  /** Records a boost (bounded, one at a time) and answers the limits as they now stand. */
-  async boost(
-    principal: Principal,
-    request: BoostRequest,
-  ): Promise<{ boost: Boost; status: RateLimitStatus }> {
-    const boost = await this.boosts.create(principal, request);
-    return { boost, status: await this.status(principal) };
+  /** Records a boost (manage_billing, bounded, one at a time, cooled down) and answers the limits now. */
+  async boost(actor: Actor, request: BoostRequest): Promise<{ boost: Boost; status: RateLimitStatus }> {
+    const boost = await this.boosts.create(actor, request);
+    return { boost, status: await this.status(actor.principal) };
   }
 }

@@ -160,19 +160,20 @@ export class SshRelay {
   }
 
   /**
-   * publickey only. A key query (no signature) is answered yes when a member of the cluster's account
-   * registered the key, so its holder can prove possession; the full decision (permission, ssh_enabled,
-   * running) is made on the signed request, after the signature is verified, and refusals of proven
-   * members are audited.
+   * publickey only. A key query (no signature) is answered yes for every well-formed key, whatever the
+   * login name: answering it from the database would tell anyone holding only a public key (they are
+   * published, e.g. github.com/<user>.keys) whether a cluster id exists and whose keys reach it. Nothing
+   * is looked up before the client proves it holds the private key; the full decision (registered key,
+   * permission, ssh_enabled, running) is made on the signed request, and every refusal there looks the
+   * same to the client. Refusals of proven members are audited.
    */
   async #authenticate(ctx: AuthContext, ip: string | null): Promise<Login | null | 'query-ok'> {
     if (ctx.method !== 'publickey') return null;
     const blob = ctx.key.data;
-    if (!ctx.signature || !ctx.blob)
-      return (await this.options.gate.registered(ctx.username, blob)) ? 'query-ok' : null;
     const parsed = ssh2.utils.parseKey(blob);
     const key = Array.isArray(parsed) ? parsed[0] : parsed;
     if (!key || key instanceof Error) return null;
+    if (!ctx.signature || !ctx.blob) return 'query-ok';
     if (key.verify(ctx.blob, ctx.signature, ctx.hashAlgo) !== true) {
       this.options.logger.warn({ cluster: ctx.username, remote: ip }, 'ssh signature did not verify');
       return null;

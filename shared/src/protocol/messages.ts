@@ -139,6 +139,30 @@ export const Welcome = envelope('welcome', {
   metricsSeconds: Type.Integer({ minimum: 1, maximum: 3600 }),
   serverVersion: Type.String({ maxLength: 64 }),
   serverTime: EpochMs,
+  /**
+   * Optional (absent from control planes that cannot rotate credentials, so no version bump): the agent
+   * renews its credential (`renew_credential`) once it is this old, counted from `credentialIssuedAt`.
+   */
+  credentialRenewSeconds: Type.Optional(Type.Integer({ minimum: 1 })),
+  /** When the credential this hello presented was issued (ms); with credentialRenewSeconds. */
+  credentialIssuedAt: Type.Optional(EpochMs),
+});
+
+/**
+ * The agent asks for a new host credential (only after welcome, only where welcome carried
+ * credentialRenewSeconds). Answered by `credential_renewed` with the same id, or `reply` with an error.
+ */
+export const RenewCredential = envelope('renew_credential', {});
+
+/**
+ * The new credential: the agent stores it (atomically) and presents it from its next hello on. The one
+ * it replaces keeps working until `previousValidUntil`, then is refused.
+ */
+export const CredentialRenewed = envelope('credential_renewed', {
+  hostId: Type.String({ minLength: 1, maxLength: 128 }),
+  credential: Type.String({ minLength: 1, maxLength: 512 }),
+  issuedAt: EpochMs,
+  previousValidUntil: EpochMs,
 });
 
 export const HeartbeatAck = envelope('heartbeat_ack', {
@@ -229,6 +253,7 @@ export const AGENT_MESSAGES = {
   pull_progress: PullProgress,
   inventory: InventoryUpdate,
   refusal: Refusal,
+  renew_credential: RenewCredential,
 } as const;
 
 /** Messages the control plane sends, by type. */
@@ -239,6 +264,7 @@ export const CONTROL_PLANE_MESSAGES = {
   heartbeat_ack: HeartbeatAck,
   desired_state: DesiredState,
   command: Command,
+  credential_renewed: CredentialRenewed,
 } as const;
 
 type StaticOf<R> = { [K in keyof R]: R[K] extends TSchema ? Static<R[K]> : never };

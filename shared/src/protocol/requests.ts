@@ -10,6 +10,7 @@ export const ANSWER_TYPES: ReadonlySet<string> = new Set([
   'refusal',
   'heartbeat_ack',
   'reply',
+  'credential_renewed',
 ]);
 
 export class RequestTimeoutError extends Error {

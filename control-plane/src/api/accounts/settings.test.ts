@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import YAML from 'yaml';
 import { loadConfig } from '../../config.ts';
 import { createContext } from '../../context.ts';
-import { addMember, call, type TestMember } from '../../testing/accounts.ts';
+import { addAccount, addMember, call, type TestMember } from '../../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../testing/index.ts';
 import {
   type HttpReceiver,
@@ -337,10 +337,43 @@ describe('settings', () => {
       const other = await call(t, {
         method: 'POST',
         url: '/v2/accounts/settings/notifications/test',
-        payload: { type: 'email', email: 'ops@example.com' },
+        payload: { type: 'email', email: dev.email },
       });
       expect(other.statusCode).toBe(200);
-      expect(smtp.messages[1]!.to).toEqual(['ops@example.com']);
+      expect(smtp.messages[1]!.to).toEqual([dev.email]);
+    });
+
+    it('e-mails only active members of the account, whoever names the address (over real HTTP)', async () => {
+      const base = await t.app.listen({ host: '127.0.0.1', port: 0 });
+      const stranger = await addAccount(t, 'Stranger');
+      const gone = await addMember(t, { role: 'developer', status: 'removed' });
+      const send = async (email: string) => {
+        const res = await fetch(`${base}/v2/accounts/settings/notifications/test`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${t.ownerKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ type: 'email', email }),
+        });
+        return { status: res.status, body: (await res.json()) as { error?: string; details?: object } };
+      };
+      const cases: Array<[string, string, number]> = [
+        ['an admin', admin.email, 200],
+        ['a teammate, in another case', dev.email.toUpperCase(), 200],
+        ['an outside address', 'victim@example.org', 400],
+        ["another account's owner", stranger.email, 400],
+        ['a removed member', gone.email, 400],
+        ['a LIKE pattern matching a member', dev.email.replace(/^./, '_'), 400],
+      ];
+      for (const [what, email, expected] of cases) {
+        const before = smtp.messages.length;
+        const res = await send(email);
+        expect(res.status, `${what}: ${JSON.stringify(res.body)}`).toBe(expected);
+        if (expected === 400) {
+          expect(res.body).toMatchObject({ error: 'VALIDATION_ERROR', details: { field: 'email' } });
+          expect(smtp.messages.length, what).toBe(before);
+        } else {
+          expect(smtp.messages.length, what).toBe(before + 1);
+        }
+      }
     });
 
     it('reports failures: a refusing receiver (502), nothing configured (400), a developer (403)', async () => {

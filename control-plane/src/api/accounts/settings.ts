@@ -175,7 +175,8 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
           'X-Anvil-Signature: sha256=<hex HMAC-SHA256 of the raw body under notifications.webhook.secret>; ' +
           'verify it over the exact bytes, in constant time, and refuse timestamps older than 5 minutes. ' +
           'slack: POSTs {text, channel} to the chat webhook URL. email: sends through ANVIL_SMTP_URL to the ' +
-          'given or configured address (503 when e-mail is not configured). A receiver that refuses or cannot ' +
+          'given or configured address, which must be an active member of the account (else 400 ' +
+          'VALIDATION_ERROR on email); 503 when e-mail is not configured. A receiver that refuses or cannot ' +
           'be reached answers 502 NOTIFICATION_FAILED. Private and loopback addresses are refused unless ' +
           'ANVIL_OUTBOUND_ALLOW_PRIVATE=true.',
         body: Type.Object(

@@ -1,5 +1,6 @@
 import { hashApiKey } from '@anvil/shared';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { addMember } from '../../testing/accounts.ts';
 import { createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
 
 const START = new Date('2026-05-01T10:20:00.000Z');
@@ -146,7 +147,7 @@ describe('GET /v2/auth/rate-limits and POST /v2/auth/temporary-boost', () => {
     expect((await status()).json().boost).toMatchObject({ id: body.boost.id, multiplier: 3 });
 
     // One boost at a time: a second one is refused, not stacked or extended.
-    const again = await boost({ multiplier: 10, duration: '72h', reason: 'more' });
+    const again = await boost({ multiplier: 3, duration: '72h', reason: 'more' });
     expect(again.statusCode).toBe(409);
     expect(again.json()).toMatchObject({
       error: 'BOOST_ALREADY_ACTIVE',
@@ -155,11 +156,12 @@ describe('GET /v2/auth/rate-limits and POST /v2/auth/temporary-boost', () => {
     });
     expect(await t.context.db.prisma.rateLimitBoost.count()).toBe(1);
 
-    // At expiry the Free limits are back, and a new boost may be asked for.
+    // At expiry the Free limits are back; a new boost may be asked for once the cooldown has passed.
     clock.set(new Date('2026-05-01T12:20:00.000Z'));
     const after = (await status()).json();
     expect(after.boost).toBeNull();
     expect(after.limits.read_operations).toMatchObject({ limit: 100, base_limit: 100 });
+    clock.set(new Date('2026-05-08T12:20:00.000Z'));
     expect((await boost({ multiplier: 1.5, duration: '30m', reason: 'again' })).statusCode).toBe(201);
   });
 
@@ -219,5 +221,95 @@ describe('GET /v2/auth/rate-limits and POST /v2/auth/temporary-boost', () => {
       expect(res.json()).toMatchObject({ error: 'FORBIDDEN', required_permission: 'accounts:write' });
     }
     expect(await t.context.db.prisma.rateLimitBoost.count()).toBe(0);
+  });
+
+  interface BoostAnswer {
+    error?: string;
+    boost: { id: string };
+    details?: Record<string, unknown>;
+  }
+
+  describe('who may boost, how much, and how often (over real HTTP)', () => {
+    let base: string;
+    const post = async (key: string, payload: unknown) => {
+      const res = await fetch(`${base}/v2/auth/temporary-boost`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(payload),
+      });
+      return { status: res.status, body: (await res.json()) as BoostAnswer };
+    };
+    async function listen(tier: string) {
+      await setup(tier);
+      base = await t.app.listen({ host: '127.0.0.1', port: 0 });
+    }
+
+    it.each([
+      ['owner', 201],
+      ['admin', 201],
+      ['developer', 403],
+      ['viewer', 403],
+    ])('a %s with an accounts:write key gets %i', async (role, expected) => {
+      await listen('enterprise');
+      const member = await addMember(t, { role, keyPermissions: ['read', 'write'], keyScopes: ['accounts'] });
+      const res = await post(member.key, { multiplier: 2, duration: '1h', reason: 'launch' });
+      expect(res.status, JSON.stringify(res.body)).toBe(expected);
+      const audit = await t.context.db.prisma.auditEvent.findMany({
+        where: { accountId: t.accountId, actorId: member.userId },
+      });
+      if (expected === 201) {
+        expect(audit).toEqual([
+          expect.objectContaining({
+            type: 'permission_change',
+            action: 'temporary_boost_created',
+            resourceId: res.body.boost.id,
+            details: expect.objectContaining({ multiplier: 2, reason: 'launch', tier: 'enterprise' }),
+          }),
+        ]);
+      } else {
+        expect(res.body).toMatchObject({ error: 'INSUFFICIENT_PERMISSIONS' });
+        expect(await t.context.db.prisma.rateLimitBoost.count()).toBe(0);
+        expect(audit.map((a) => [a.type, a.action])).toEqual([['access_denied', 'temporary_boost_attempt']]);
+      }
+    });
+
+    it.each([
+      ['free', 3, 3.5],
+      ['pro', 5, 6],
+      ['enterprise', 10, 10.5],
+    ])('the %s tier may ask for at most %i (%d is refused)', async (tier, ceiling, over) => {
+      await listen(tier);
+      const refused = await post(t.ownerKey, { multiplier: over, duration: '1h', reason: 'r' });
+      expect(refused.status).toBe(400);
+      expect(refused.body).toMatchObject({ error: 'VALIDATION_ERROR', details: { field: 'multiplier' } });
+      expect(await t.context.db.prisma.rateLimitBoost.count()).toBe(0);
+      expect((await post(t.ownerKey, { multiplier: ceiling, duration: '1h', reason: 'r' })).status).toBe(201);
+    });
+
+    it('cannot be renewed back to back: 7 days of cooldown after a boost ends', async () => {
+      await listen('enterprise');
+      expect((await post(t.ownerKey, { multiplier: 10, duration: '72h', reason: 'a' })).status).toBe(201);
+      const cases: Array<[string, number, string | null]> = [
+        ['2026-05-03T10:20:00.000Z', 409, 'BOOST_ALREADY_ACTIVE'],
+        ['2026-05-04T10:20:00.000Z', 409, 'BOOST_COOLDOWN'],
+        ['2026-05-11T10:19:59.000Z', 409, 'BOOST_COOLDOWN'],
+        ['2026-05-11T10:20:00.000Z', 201, null],
+      ];
+      for (const [at, code, error] of cases) {
+        clock.set(new Date(at));
+        const res = await post(t.ownerKey, { multiplier: 10, duration: '72h', reason: 'again' });
+        expect(res.status, at).toBe(code);
+        if (error) expect(res.body.error, at).toBe(error);
+      }
+      const cooldown = await post(t.ownerKey, { multiplier: 2, duration: '1h', reason: 'x' });
+      expect(cooldown.status).toBe(409);
+      clock.set(new Date('2026-05-14T10:20:00.000Z'));
+      const late = await post(t.ownerKey, { multiplier: 2, duration: '1h', reason: 'x' });
+      expect(late.body).toMatchObject({
+        error: 'BOOST_COOLDOWN',
+        details: { nextAllowedAt: '2026-05-21T10:20:00.000Z' },
+      });
+      expect(await t.context.db.prisma.rateLimitBoost.count()).toBe(2);
+    });
   });
 });
