@@ -31,12 +31,13 @@ import type { AppContext } from './context.ts';
 import { dashboardRoutes } from './dashboard/routes.ts';
 import { installActivityTracking } from './http/activity.ts';
 import { TrustedProxies } from './http/client-address.ts';
-import { installErrorHandling } from './http/error-handler.ts';
+import { frameworkErrorHandler, installErrorHandling } from './http/error-handler.ts';
 import { installRequestGuard } from './http/guard.ts';
 import { installOpenApi } from './http/openapi.ts';
 import { requestIdFor } from './http/request-id.ts';
 import { installRequestLog } from './http/request-log.ts';
 import { deferredChildLogger } from './http/request-logger.ts';
+import { installTextGuard } from './http/text-guard.ts';
 import { buildSerializer, buildValidator } from './http/validation.ts';
 import { invitePageRoutes } from './invite-page/routes.ts';
 
@@ -61,6 +62,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
     requestTimeout: 120_000,
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
+    frameworkErrors: frameworkErrorHandler as never,
     forceCloseConnections: 'idle',
     schemaController: {
       compilersFactory: {
@@ -87,6 +89,8 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   // Only JSON (and, where a route adds it, multipart) bodies are accepted: anything else is 415.
   app.removeContentTypeParser('text/plain');
   installErrorHandling(app);
+  // NUL and unpaired surrogates in path, query or body: 400 before anything looks them up.
+  installTextGuard(app);
   // Key (401), then rate limit (429, headers on everything after), then permissions (403).
   installRequestGuard(app, context.keys, context.rateLimits, context.accounts.ipPolicy);
   installRequestLog(app, context.requestLog, context.clock);

@@ -70,7 +70,7 @@ export interface Config {
   datasetMaxBytes: number;
   /** Lifetime of a dataset's upload token, in seconds from the dataset's creation. */
   datasetUploadTokenSeconds: number;
-  /** Bytes of dataset versions and multipart uploads in progress an account may hold; null: no quota. */
+  /** Bytes of dataset versions and multipart uploads in progress an account may hold; null: no quota (`unlimited`). */
   datasetQuotaBytes: number | null;
   /**
    * Addresses or CIDRs of reverse proxies in front of the API and the port proxy (ANVIL_TRUSTED_PROXIES,
@@ -78,6 +78,9 @@ export interface Config {
    */
   trustedProxies: string[];
 }
+
+/** The dataset storage every account may hold unless ANVIL_DATASET_QUOTA_BYTES says otherwise: 100 GiB. */
+export const DEFAULT_DATASET_QUOTA_BYTES = 107_374_182_400;
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
@@ -299,9 +302,11 @@ export function loadConfig(env: Env = process.env): Config {
     // 50 GiB by default; at most 5 TiB, S3's largest object.
     datasetMaxBytes: integer(env, 'ANVIL_DATASET_MAX_BYTES', 53_687_091_200, 1024, 5_497_558_138_880),
     datasetUploadTokenSeconds: integer(env, 'ANVIL_DATASET_UPLOAD_TOKEN_SECONDS', 86_400, 60, 2_592_000),
-    datasetQuotaBytes: env['ANVIL_DATASET_QUOTA_BYTES']
-      ? integer(env, 'ANVIL_DATASET_QUOTA_BYTES', 0, 0, Number.MAX_SAFE_INTEGER)
-      : null,
+    // Every account gets 100 GiB unless the operator sets another figure, or `unlimited`.
+    datasetQuotaBytes:
+      (env['ANVIL_DATASET_QUOTA_BYTES'] ?? '').trim().toLowerCase() === 'unlimited'
+        ? null
+        : integer(env, 'ANVIL_DATASET_QUOTA_BYTES', DEFAULT_DATASET_QUOTA_BYTES, 0, Number.MAX_SAFE_INTEGER),
     trustedProxies,
   };
 }

@@ -1,10 +1,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
-import { request as httpRequest } from 'node:http';
-import { request as httpsRequest } from 'node:https';
-import { isIP } from 'node:net';
 import nodemailer, { type Transporter } from 'nodemailer';
 import type { Clock } from '../auth/clock.ts';
-import { isPrivateAddress, privateAddressGuard } from '../util/outbound-guard.ts';
+import { isPrivateUrlHost, outboundRequest } from '../util/outbound-guard.ts';
 
 /**
  * Outbound notifications: signed webhooks, chat webhooks (Slack's incoming-webhook format, which
@@ -129,20 +126,18 @@ export class Notifier {
 
   private post(url: string, body: string, headers: Record<string, string>): Promise<DeliveryResult> {
     const target = new URL(url);
-    const send =
-      target.protocol === 'https:' ? httpsRequest : target.protocol === 'http:' ? httpRequest : null;
-    if (!send) return Promise.reject(new DeliveryError(`unsupported URL scheme ${target.protocol}`));
+    if (target.protocol !== 'https:' && target.protocol !== 'http:')
+      return Promise.reject(new DeliveryError(`unsupported URL scheme ${target.protocol}`));
     const allowPrivate = this.options.allowPrivate;
-    // Sockets skip the lookup below for literal addresses, so those are checked here.
-    const literal = target.hostname.replace(/^\[|\]$/g, '');
-    if (!allowPrivate && isIP(literal) !== 0 && isPrivateAddress(literal)) {
+    if (!allowPrivate && isPrivateUrlHost(target)) {
       return Promise.reject(
-        new DeliveryError(`${literal} is a private address; set ANVIL_OUTBOUND_ALLOW_PRIVATE=true to allow`),
+        new DeliveryError(
+          `${target.hostname} is a private address (or another reserved range); set ANVIL_OUTBOUND_ALLOW_PRIVATE=true to allow`,
+        ),
       );
     }
-    const lookup = privateAddressGuard(allowPrivate);
     return new Promise((resolve, reject) => {
-      const req = send(
+      const req = outboundRequest(
         target,
         {
           method: 'POST',
@@ -152,9 +147,9 @@ export class Notifier {
             'user-agent': 'Anvil-Webhooks/1',
             ...headers,
           },
-          lookup: lookup as never,
           timeout: this.options.timeoutMs ?? 10_000,
         },
+        allowPrivate,
         (res) => {
           const chunks: Buffer[] = [];
           let size = 0;

@@ -47,6 +47,13 @@ export const AVATAR = {
   minPixels: 100,
   maxPixels: 2048,
   types: ['image/jpeg', 'image/png', 'image/gif'] as const,
+  /** Frames an animated GIF may have: decoding cost grows with them, whatever the file's size. */
+  maxFrames: 100,
+  /**
+   * Pixels decoded at most, every frame counted (sharp's limitInputPixels): a 5 MB file can claim far
+   * more than it holds. Four full 2048x2048 frames, about 64 MiB of RGBA.
+   */
+  maxInputPixels: 4 * 2048 * 2048,
 };
 
 /** The type an upload really is, from its first bytes; names and declared types are not trusted. */
@@ -216,14 +223,35 @@ export class ProfileService {
       });
     }
     const animated = type === 'image/gif';
+    // Every decode is bounded: in pixels (all frames together) and, for GIFs, in frames.
+    const input = { animated, limitInputPixels: AVATAR.maxInputPixels };
     let width: number;
     let height: number;
+    let frames: number;
     try {
       const meta = await sharp(bytes, { animated }).metadata();
       width = meta.autoOrient?.width ?? meta.width ?? 0;
       height = meta.pageHeight ?? meta.autoOrient?.height ?? meta.height ?? 0;
+      frames = meta.pages ?? 1;
     } catch {
       throw validationError('avatar', `the ${type} image could not be decoded`);
+    }
+    if (frames > AVATAR.maxFrames) {
+      throw validationError(
+        'avatar',
+        `an animated avatar may have at most ${AVATAR.maxFrames} frames; got ${frames}`,
+        {
+          frames,
+          maxFrames: AVATAR.maxFrames,
+        },
+      );
+    }
+    if (width * height * (animated ? frames : 1) > AVATAR.maxInputPixels) {
+      throw validationError(
+        'avatar',
+        `the image has ${width}x${height} pixels in ${frames} frame(s): more than ${AVATAR.maxInputPixels} pixels in all`,
+        { width, height, frames, maxInputPixels: AVATAR.maxInputPixels },
+      );
     }
     const rule = `each side must be ${AVATAR.minPixels}-${AVATAR.maxPixels} pixels`;
     if (Math.min(width, height) < AVATAR.minPixels || Math.max(width, height) > AVATAR.maxPixels) {
@@ -237,7 +265,7 @@ export class ProfileService {
     const side = Math.min(width, height);
     let output: Buffer;
     try {
-      const pipeline = sharp(bytes, { animated })
+      const pipeline = sharp(bytes, input)
         .rotate()
         .resize({ width: side, height: side, fit: 'cover', position: 'centre' });
       output =

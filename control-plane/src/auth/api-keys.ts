@@ -224,6 +224,7 @@ export class ApiKeyService {
         createdAt: now,
       },
     });
+    await this.resolver.keyCreated();
     return { key: viewKey(row, now), value };
   }
 
@@ -267,6 +268,7 @@ export class ApiKeyService {
         createdAt: now,
       },
     });
+    await this.resolver.keyCreated();
     return { key: viewKey(row, now), value };
   }
 

@@ -13,6 +13,10 @@ import type { Clock } from './clock.ts';
 import type { Principal } from './principal.ts';
 
 const INVALIDATE_CHANNEL = 'anvil_auth_invalidate';
+/** The payload that drops only the remembered unknown keys (a key was created somewhere). */
+const KEY_CREATED = 'created';
+/** Unknown keys remembered at most: a flood of distinct keys evicts the oldest, never grows memory. */
+const MAX_UNKNOWN = 10_000;
 
 interface CachedKey {
   principal: Principal;
@@ -27,6 +31,8 @@ export interface KeyResolverOptions {
   clock: Clock;
   /** How long a resolved key is trusted without asking the database. Revocations also notify every process. */
   cacheTtlMs?: number;
+  /** How long a well-formed key the database does not hold is refused without asking again. */
+  unknownTtlMs?: number;
   /** How often last-used times are written back. */
   lastUsedFlushMs?: number;
 }
@@ -57,7 +63,13 @@ function keyValue(authorization: string | undefined): string {
  */
 export class KeyResolver {
   private readonly cache = new Map<string, CachedKey>();
-  /** Key id → Unix ms of its latest use, written back in batches. */
+  /**
+   * Hashes of well-formed keys the database does not hold → when that was found: a flood of made-up keys
+   * (valid checksum, random body) costs one query per key per unknownTtl, not one per request. Creating a
+   * key clears it here and, by notification, in every other process.
+   */
+  private readonly unknown = new Map<string, number>();
+  private readonly unknownTtl: number; /** Key id → Unix ms of its latest use, written back in batches. */
   private readonly lastUsed = new Map<string, number>();
   private readonly ttl: number;
   private flushTimer: NodeJS.Timeout | null = null;
@@ -65,10 +77,14 @@ export class KeyResolver {
 
   constructor(private readonly options: KeyResolverOptions) {
     this.ttl = options.cacheTtlMs ?? 30_000;
+    this.unknownTtl = options.unknownTtlMs ?? 30_000;
   }
 
   async start(): Promise<void> {
-    this.unlisten = await this.options.db.listen(INVALIDATE_CHANNEL, () => this.cache.clear());
+    this.unlisten = await this.options.db.listen(INVALIDATE_CHANNEL, (payload) => {
+      this.unknown.clear();
+      if (payload !== KEY_CREATED) this.cache.clear();
+    });
     this.flushTimer = setInterval(() => {
       this.flushLastUsed().catch(() => {});
     }, this.options.lastUsedFlushMs ?? 15_000);
@@ -84,7 +100,14 @@ export class KeyResolver {
   /** Drops every cached key here and in every other process sharing the database. */
   async invalidate(): Promise<void> {
     this.cache.clear();
+    this.unknown.clear();
     await this.options.db.notify(INVALIDATE_CHANNEL, 'keys');
+  }
+
+  /** A key was created: no process may keep refusing it as unknown. Called after the row is committed. */
+  async keyCreated(): Promise<void> {
+    this.unknown.clear();
+    await this.options.db.notify(INVALIDATE_CHANNEL, KEY_CREATED);
   }
 
   async resolve(authorization: string | undefined): Promise<Principal> {
@@ -93,7 +116,10 @@ export class KeyResolver {
     const hash = hashApiKey(keyValue(authorization));
     const nowMs = this.options.clock.now().getTime();
     const loaded = await this.load(hash, nowMs);
-    if (!loaded) throw unauthorized('invalid API key', 'unknown');
+    if (!loaded) {
+      this.rememberUnknown(hash, nowMs);
+      throw unauthorized('invalid API key', 'unknown');
+    }
     this.cache.set(hash, loaded);
     return this.admit(loaded, nowMs);
   }
@@ -105,16 +131,31 @@ export class KeyResolver {
    */
   resolveCached(authorization: string | undefined): Principal | undefined {
     const value = presentedKey(authorization);
-    const entry = this.cache.get(hashApiKey(value));
+    const hash = hashApiKey(value);
+    const entry = this.cache.get(hash);
+    const nowMs = this.options.clock.now().getTime();
     // Only keys found in the database are cached, so a hit needs no shape or checksum check; a miss
     // still refuses a malformed key here, before anyone asks the database.
     if (!entry) {
       if (!isWellFormedApiKey(value)) throw unauthorized('malformed API key', 'malformed');
+      const unknownSince = this.unknown.get(hash);
+      if (unknownSince !== undefined) {
+        if (nowMs - unknownSince <= this.unknownTtl) throw unauthorized('invalid API key', 'unknown');
+        this.unknown.delete(hash);
+      }
       return undefined;
     }
-    const nowMs = this.options.clock.now().getTime();
     if (nowMs - entry.fetchedAt > this.ttl) return undefined;
     return this.admit(entry, nowMs);
+  }
+
+  private rememberUnknown(hash: string, nowMs: number): void {
+    this.unknown.delete(hash);
+    if (this.unknown.size >= MAX_UNKNOWN) {
+      const oldest = this.unknown.keys().next().value;
+      if (oldest !== undefined) this.unknown.delete(oldest);
+    }
+    this.unknown.set(hash, nowMs);
   }
 
   private admit(entry: CachedKey, nowMs: number): Principal {

@@ -1,8 +1,6 @@
-import { request as httpRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest } from 'node:https';
-import { isIP } from 'node:net';
+import type { IncomingMessage } from 'node:http';
 import { ApiError } from '@anvil/shared';
-import { isPrivateAddress, privateAddressGuard } from '../util/outbound-guard.ts';
+import { isPrivateUrlHost, outboundRequest } from '../util/outbound-guard.ts';
 
 /** A URL the control plane refuses to fetch, or a fetch that failed; the message says which. */
 export class FetchError extends Error {}
@@ -12,8 +10,8 @@ const TIMEOUT_MS = 30_000;
 
 /**
  * Checks a dataset URL before it is accepted: http or https only, no credentials, and (unless the
- * operator allows private targets) no literal loopback/private/link-local address. Names are checked
- * again when the socket connects, after DNS (see `open`), so a name cannot rebind past this check.
+ * operator allows private targets) no literal loopback/private/reserved address. Names and the connected address are checked
+ * when the socket connects (outboundRequest), so a name cannot rebind past this check.
  */
 export function checkDatasetUrl(raw: string, allowPrivate: boolean): URL {
   let url: URL;
@@ -34,8 +32,7 @@ export function checkDatasetUrl(raw: string, allowPrivate: boolean): URL {
       reason: 'user information in the URL',
     });
   }
-  const literal = url.hostname.replace(/^\[|\]$/g, '');
-  if (!allowPrivate && (isIP(literal) !== 0 ? isPrivateAddress(literal) : literal === 'localhost')) {
+  if (!allowPrivate && isPrivateUrlHost(url)) {
     throw new ApiError('VALIDATION_ERROR', 'dataUrl points at a private or loopback address', {
       field: 'dataUrl',
       reason: 'private network targets are refused (ANVIL_OUTBOUND_ALLOW_PRIVATE=true allows them)',
@@ -45,16 +42,11 @@ export function checkDatasetUrl(raw: string, allowPrivate: boolean): URL {
 }
 
 function get(url: URL, allowPrivate: boolean): Promise<IncomingMessage> {
-  const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
-    const req = send(
+    const req = outboundRequest(
       url,
-      {
-        method: 'GET',
-        headers: { 'user-agent': 'Anvil-Datasets/1', accept: '*/*' },
-        lookup: privateAddressGuard(allowPrivate) as never,
-        timeout: TIMEOUT_MS,
-      },
+      { method: 'GET', headers: { 'user-agent': 'Anvil-Datasets/1', accept: '*/*' }, timeout: TIMEOUT_MS },
+      allowPrivate,
       resolve,
     );
     req.on('timeout', () =>

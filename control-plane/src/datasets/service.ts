@@ -59,7 +59,7 @@ export interface DatasetDownload {
 export interface DatasetServiceOptions {
   db: Database;
   /** Member-level permissions: datasets feed training, so the role's clusters scope covers them (roles.ts). */
-  access: Pick<AccessControl, 'require'>;
+  access: Pick<AccessControl, 'require' | 'load' | 'decide'>;
   clock: Clock;
   storage: DatasetStorage;
   processor: DatasetProcessor;
@@ -323,7 +323,25 @@ export class DatasetService {
         expiredAt: row.uploadTokenExpiresAt.toISOString(),
       });
     }
+    await this.assertCreatorMayWrite(row);
     return row;
+  }
+
+  /**
+   * An upload token acts for the member who created its dataset, so it dies with their write access:
+   * removed, suspended, or moved to a role that may not write datasets. (A deleted dataset takes its token
+   * hash with its row.) Checked on every use, so the next request after the change is refused.
+   */
+  private async assertCreatorMayWrite(row: Dataset): Promise<void> {
+    const { access } = this.options;
+    const member = await access.load(row.accountId, row.createdById);
+    const decision = member ? await access.decide(member, 'write', 'clusters') : null;
+    if (decision?.allowed) return;
+    throw new ApiError(
+      'UNAUTHORIZED',
+      'the upload token is no longer valid: the member who created the dataset may no longer write datasets',
+      { datasetId: row.id, reason: decision?.reason ?? 'member removed' },
+    );
   }
 
   /** Largest upload still accepted for this request (the dataset limit and the single-PUT limit). */

@@ -3,7 +3,7 @@ import type { AccountServices } from '../accounts/index.ts';
 import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
-import { isPrivateAddress } from '../util/outbound-guard.ts';
+import { isPrivateUrlHost } from '../util/outbound-guard.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import type { JobQueue, SubmitInput } from './jobs.ts';
 import type { EndpointService } from './service.ts';
@@ -40,9 +40,7 @@ function checkWebhook(url: string, allowPrivate: boolean): void {
       reason: 'credentials in the URL',
     });
   }
-  const host = parsed.hostname.replace(/^\[|\]$/g, '');
-  const literal = /^[\d.]+$/.test(host) || host.includes(':');
-  if (!allowPrivate && (host === 'localhost' || (literal && isPrivateAddress(host)))) {
+  if (!allowPrivate && isPrivateUrlHost(parsed)) {
     throw new ApiError('VALIDATION_ERROR', 'webhook points at a private address', {
       field: 'webhook',
       reason: 'loopback, private and link-local targets are refused unless ANVIL_OUTBOUND_ALLOW_PRIVATE=true',

@@ -1,9 +1,7 @@
-import { request as httpRequest } from 'node:http';
-import { request as httpsRequest } from 'node:https';
 import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
-import { privateAddressGuard } from '../util/outbound-guard.ts';
+import { outboundRequest } from '../util/outbound-guard.ts';
 import type { JobQueue } from './jobs.ts';
 import { viewJob } from './view.ts';
 
@@ -114,10 +112,8 @@ export class QueueMaintenance {
 /** POSTs JSON; private targets refused after DNS (the SSRF guard) unless allowed. Resolves to the status. */
 function post(url: string, body: string, allowPrivate: boolean): Promise<number> {
   return new Promise((resolve, reject) => {
-    const target = new URL(url);
-    const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
-    const req = send(
-      target,
+    const req = outboundRequest(
+      new URL(url),
       {
         method: 'POST',
         headers: {
@@ -125,9 +121,9 @@ function post(url: string, body: string, allowPrivate: boolean): Promise<number>
           'content-length': Buffer.byteLength(body),
           'user-agent': 'anvil-webhook',
         },
-        lookup: privateAddressGuard(allowPrivate) as never,
         timeout: WEBHOOK_TIMEOUT_MS,
       },
+      allowPrivate,
       (response) => {
         response.resume();
         resolve(response.statusCode ?? 0);

@@ -19,9 +19,12 @@ const GENERIC_CODES: Record<number, string> = {
 
 export function sendError(request: FastifyRequest, reply: FastifyReply, error: ApiError): FastifyReply {
   for (const [name, value] of Object.entries(error.headers)) reply.header(name, value);
+  // Serialised here rather than by the route's response schema: an error must reach the client in the
+  // shape of its area even where a route declared the other one (a mismatch was a 500 before).
   return reply
     .code(error.status)
     .type('application/json; charset=utf-8')
+    .serializer(JSON.stringify)
     .send(
       errorBody(errorAreaOf(request.url), {
         status: error.status,
@@ -99,6 +102,27 @@ export function toApiError(error: FastifyError | ApiError | Error): ApiError {
     {},
     { status: 500 },
   );
+}
+
+/**
+ * Fastify's `frameworkErrors` option: errors raised before routing (a path whose percent-escapes do not
+ * decode, FST_ERR_BAD_URL; an unsupported content type) get the spec's shape too, not fastify's own.
+ */
+export function frameworkErrorHandler(
+  error: FastifyError,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): void {
+  const apiError =
+    error.code === 'FST_ERR_BAD_URL'
+      ? new ApiError('VALIDATION_ERROR', 'the path has a malformed percent-escape or invalid UTF-8', {
+          field: 'path',
+          reason: 'malformed percent-escape or invalid UTF-8',
+          location: 'params',
+        })
+      : toApiError(error);
+  request.log.info({ code: apiError.code, status: apiError.status }, apiError.message);
+  sendError(request, reply, apiError);
 }
 
 /**

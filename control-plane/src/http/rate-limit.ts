@@ -102,3 +102,21 @@ function settle(reply: FastifyReply, outcome: RateLimitOutcome): ApiError | null
   setHeaders(reply, outcome);
   return outcome.allowed ? null : rateLimitError(outcome);
 }
+
+/**
+ * The same count for requests the request guard does not see (routes that authenticate themselves:
+ * dataset uploads with an upload token or key, WebSocket upgrades): resolves when admitted, throws the
+ * 429 otherwise. `reply` gets the headers where there is one (an upgrade has none).
+ */
+export async function admitOrRefuse(
+  limits: RateLimitService,
+  account: Pick<Principal, 'accountId' | 'tier'>,
+  method: string,
+  route: string,
+  headers: { priority?: string | string[] | undefined; reply?: FastifyReply | undefined },
+): Promise<void> {
+  // The limiter reads the account and its tier only; an upload token has no key of its own.
+  const outcome = await limits.admit(account as Principal, method, route, isHighPriority(headers.priority));
+  if (headers.reply) setHeaders(headers.reply, outcome);
+  if (!outcome.allowed) throw rateLimitError(outcome);
+}

@@ -61,3 +61,44 @@ describe('dataset storage quota', () => {
     await t.context.datasets.processor.idle();
   });
 });
+
+describe('default dataset storage quota', () => {
+  const GIB = 1024 ** 3;
+
+  async function reserve(env: Record<string, string>, sizes: number[]): Promise<number[]> {
+    const dataDir = await mkdtemp(join(tmpdir(), 'anvil-dataset-quota-default-'));
+    const t = await createTestApp({ env: { ANVIL_DATA_DIR: dataDir, ...env } });
+    try {
+      const statuses: number[] = [];
+      for (const size of sizes) {
+        const dataset = await t.app.inject({
+          method: 'POST',
+          url: '/v2/training/datasets',
+          headers: t.auth(),
+          payload: { name: 'big', type: 'text', format: 'jsonl' },
+        });
+        // Multipart reservations count their declared size: no bytes need to be sent.
+        const res = await t.app.inject({
+          method: 'POST',
+          url: `/v2/training/uploads/datasets/${dataset.json().id}/multipart`,
+          headers: t.auth(),
+          payload: { filename: 'big.jsonl', size },
+        });
+        if (res.statusCode === 403)
+          expect(res.json()).toMatchObject({ error: 'QUOTA_EXCEEDED', details: { quotaLimit: 100 * GIB } });
+        statuses.push(res.statusCode);
+      }
+      return statuses;
+    } finally {
+      await t.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  }
+
+  it('holds every account to 100 GiB when the operator sets nothing, and to nothing when told unlimited', async () => {
+    expect(await reserve({}, [40 * GIB, 40 * GIB, 40 * GIB])).toEqual([201, 201, 403]);
+    expect(await reserve({ ANVIL_DATASET_QUOTA_BYTES: 'unlimited' }, [40 * GIB, 40 * GIB, 40 * GIB])).toEqual(
+      [201, 201, 201],
+    );
+  });
+});

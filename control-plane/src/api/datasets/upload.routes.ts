@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { ApiError } from '@anvil/shared';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../../context.ts';
 import { UPLOAD_BASE_PATH } from '../../datasets/view.ts';
 import type { Dataset } from '../../db/generated/client.ts';
@@ -57,9 +57,9 @@ export const datasetUploadRoutes: FastifyPluginAsyncTypebox<{ context: AppContex
   const security = [{ bearer: [] }];
   // Authenticated before the body is read: a refused upload never touches the disk.
   const opened = new WeakMap<FastifyRequest, Dataset>();
-  const onRequest = async (request: FastifyRequest) => {
+  const onRequest = async (request: FastifyRequest, reply: FastifyReply) => {
     const { dataset_id } = request.params as { dataset_id: string };
-    opened.set(request, await datasetForUpload(context, request, dataset_id));
+    opened.set(request, await datasetForUpload(context, request, reply, dataset_id));
   };
   const datasetOf = (request: FastifyRequest) => opened.get(request)!;
   // The JSON routes of this plugin keep the app's rule: a body that is not JSON is 415.

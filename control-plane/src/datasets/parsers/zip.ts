@@ -7,8 +7,12 @@ const EOCD = 0x06054b50;
 const ZIP64_LOCATOR = 0x07064b50;
 const ZIP64_EOCD = 0x06064b50;
 const CENTRAL_ENTRY = 0x02014b50;
-/** The central directory is read whole; one larger than this (millions of entries) is refused. */
-const MAX_CENTRAL_DIRECTORY = 256 * 1024 * 1024;
+/**
+ * The central directory is read whole into memory, so its size is what one upload can make the control
+ * plane allocate: 16 MiB holds some 200,000 entries with 30-character names. A larger one is refused
+ * before anything is read (the EOCD record's claim is enough).
+ */
+export const MAX_CENTRAL_DIRECTORY = 16 * 1024 * 1024;
 
 class ZipError extends Error {}
 

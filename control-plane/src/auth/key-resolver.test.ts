@@ -1,0 +1,107 @@
+import { generateApiKey, hashApiKey, KEY_SCOPES, newId } from '@anvil/shared';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../testing/database.ts';
+import { waitFor } from '../testing/wait.ts';
+import { bootstrapOwner } from './bootstrap.ts';
+import { systemClock } from './clock.ts';
+import { KeyResolver } from './key-resolver.ts';
+
+/**
+ * A well-formed key the database does not hold (valid checksum, random body) is remembered as unknown:
+ * a flood of it costs one query, not one per request. Creating a key clears that memory here and, by
+ * notification, in every other process sharing the database.
+ */
+describe('key resolver: unknown keys cached negatively', () => {
+  let database: TestDatabase;
+  let accountId: string;
+  let userId: string;
+  let lookups = 0;
+
+  /** The database as a resolver sees it, counting key lookups. */
+  const counted = () =>
+    new Proxy(database.db, {
+      get(target, property) {
+        if (property !== 'prisma') return Reflect.get(target, property);
+        const prisma = target.prisma;
+        return new Proxy(prisma, {
+          get(p, name) {
+            if (name !== 'apiKey') return Reflect.get(p, name);
+            return {
+              findUnique: (args: Parameters<typeof prisma.apiKey.findUnique>[0]) => {
+                lookups += 1;
+                return prisma.apiKey.findUnique(args);
+              },
+            };
+          },
+        });
+      },
+    });
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    const boot = await bootstrapOwner(database.db, {
+      ownerEmail: 'owner@example.com',
+      bootstrapApiKey: null,
+    });
+    accountId = boot.accountId;
+    userId = boot.userId;
+  });
+  afterAll(async () => database.drop());
+
+  async function insertKey(value: string): Promise<void> {
+    await database.db.prisma.apiKey.create({
+      data: {
+        id: newId('key'),
+        accountId,
+        userId,
+        name: 'late',
+        type: 'read',
+        environment: 'live',
+        permissions: ['read'],
+        scopes: [...KEY_SCOPES],
+        displayPrefix: value.slice(0, 12),
+        hash: hashApiKey(value),
+      },
+    });
+  }
+
+  it('asks the database once for a flood of the same unknown key', async () => {
+    const resolver = new KeyResolver({ db: counted() as never, clock: systemClock });
+    const key = `Bearer ${generateApiKey('live')}`;
+    lookups = 0;
+    for (let i = 0; i < 200; i++) {
+      await expect(resolver.resolve(key)).rejects.toMatchObject({
+        status: 401,
+        details: { reason: 'unknown' },
+      });
+      expect(() => resolver.resolveCached(key)).toThrow(/invalid API key/);
+    }
+    expect(lookups).toBe(1);
+  });
+
+  it('forgets unknown keys when a key is created, in this process and in others', async () => {
+    const here = new KeyResolver({ db: counted() as never, clock: systemClock });
+    const there = new KeyResolver({ db: counted() as never, clock: systemClock });
+    await here.start();
+    await there.start();
+    try {
+      const value = generateApiKey('live');
+      for (const resolver of [here, there])
+        await expect(resolver.resolve(`Bearer ${value}`)).rejects.toMatchObject({ status: 401 });
+      // The practically impossible case the clearing is for: the very key is created after all.
+      await insertKey(value);
+      await here.keyCreated();
+      expect((await here.resolve(`Bearer ${value}`)).userId).toBe(userId);
+      await waitFor('the other process forgets the unknown key', async () => {
+        try {
+          return (await there.resolve(`Bearer ${value}`)).userId === userId;
+        } catch {
+          return false;
+        }
+      });
+    } finally {
+      await here.stop();
+      await there.stop();
+    }
+  });
+});
