@@ -50,6 +50,8 @@ export function parseProxyHost(hostHeader: string | undefined, domain: string) {
 interface Caller {
   userId: string | null;
   role: string | null;
+  /** The API key the caller (or their cookie session) was authenticated with. */
+  keyId: string | null;
   /** Rate-limit and unique-visitor identity: the user, else the client address. */
   visitor: string;
 }
@@ -305,21 +307,21 @@ export class ProxyGateway {
     required: boolean,
     clientIp: string,
   ): Promise<Caller> {
-    if (!required) return { userId: null, role: null, visitor: `ip:${clientIp}` };
+    if (!required) return { userId: null, role: null, keyId: null, visitor: `ip:${clientIp}` };
     if (credentials.anvilKey) {
       const user = await this.proxy.authorizeKey(req.headers.authorization!, route.cluster.id, clientIp);
-      return { userId: user.userId, role: user.role, visitor: `user:${user.userId}` };
+      return { userId: user.userId, role: user.role, keyId: user.keyId, visitor: `user:${user.userId}` };
     }
     const cookie = credentials.cookie === null ? null : readCookie(req.headers.cookie, SESSION_COOKIE);
     if (cookie) {
-      const session = await this.proxy.sessions.find(cookie);
+      const session = await this.proxy.sessions.find(cookie, route.cluster.accountId);
       if (
         session &&
         session.clusterId === route.cluster.id &&
         session.internalPort === mapping.internalPort
       ) {
         const role = await this.proxy.roleOf(session.userId);
-        return { userId: session.userId, role, visitor: `user:${session.userId}` };
+        return { userId: session.userId, role, keyId: session.keyId, visitor: `user:${session.userId}` };
       }
     }
     throw new Refusal(
@@ -435,7 +437,20 @@ export class ProxyGateway {
       if (!target) throw new Refusal(404, 'NOT_FOUND', 'unknown proxy host');
       const admitted = await this.admit(req, target.clusterId, target.port, clientIp, false);
       if (!admitted) throw new Refusal(400, 'VALIDATION_ERROR', 'not an upgrade');
-      const upstream = await this.proxy.pool.open(target.clusterId, admitted.mapping.internalPort);
+      // A revocation may come while the tunnel opens: the socket then ends as soon as it is piped.
+      let stop: (() => void) | null = null;
+      let revoked = false;
+      const release = this.holdSocket(admitted, () => {
+        if (stop) stop();
+        else revoked = true;
+      });
+      let upstream: Duplex;
+      try {
+        upstream = await this.proxy.pool.open(target.clusterId, admitted.mapping.internalPort);
+      } catch (error) {
+        release();
+        throw error;
+      }
       const headers = forwardedHeaders(req, admitted.credentials);
       headers.connection = 'Upgrade';
       headers.upgrade = req.headers.upgrade ?? 'websocket';
@@ -448,6 +463,7 @@ export class ProxyGateway {
       if (head.length > 0) upstream.write(head);
       this.upgraded.add(socket);
       const end = () => {
+        release();
         this.upgraded.delete(socket);
         socket.destroy();
         upstream.destroy();
@@ -457,6 +473,9 @@ export class ProxyGateway {
       socket.on('close', end);
       upstream.pipe(socket);
       socket.pipe(upstream);
+      stop = end;
+      // A client gone while the tunnel opened fired its close before anyone listened.
+      if (revoked || socket.destroyed) end();
       this.proxy.traffic.log(
         target.clusterId,
         this.entry(req, clientIp, admitted.caller.userId, 101, started),
@@ -474,6 +493,29 @@ export class ProxyGateway {
           this.entry(req, clientIp, refusal.user, refusal.status, started),
         );
     }
+  }
+
+  /**
+   * Counts a WebSocket against the cluster account's limit (429 past it) and lets a revocation of its
+   * caller's key, membership or access end it. Returns the release.
+   */
+  private holdSocket(admitted: Admitted, end: () => void): () => void {
+    const { route, caller } = admitted;
+    const accountId = route.cluster.accountId;
+    return this.proxy.liveSessions.hold({
+      kind: 'proxy_websocket',
+      accountId,
+      grant: caller.userId
+        ? {
+            accountId,
+            userId: caller.userId,
+            clusterId: route.cluster.id,
+            permission: 'read',
+            apiKeyId: caller.keyId,
+          }
+        : null,
+      end,
+    });
   }
 
   /** GET /__anvil/login?ticket=…&next=/path: trades a one-time ticket for the session cookie. */
