@@ -68,6 +68,8 @@ describe.skipIf(!dockerAvailable())(
     let clusterId: string;
     let proxyPort: number;
     let ca: string;
+    /** Whatever a case left open when it failed: ended in afterAll. */
+    const leftovers: (() => void)[] = [];
 
     const proxyHost = (port: number) => new URL(t.context.proxy.urlFor(clusterId, port)).hostname;
 
@@ -152,6 +154,7 @@ describe.skipIf(!dockerAvailable())(
         ['-p', String(world.port), ...clientOptions(key), `${clusterId}@127.0.0.1`, command],
         { stdio: ['pipe', 'pipe', 'pipe'] },
       );
+      leftovers.push(() => child.kill('SIGKILL'));
       let stdout = '';
       let stderr = '';
       let exit: number | null | undefined;
@@ -182,6 +185,7 @@ describe.skipIf(!dockerAvailable())(
         closed = { code, reason: reason.toString() };
       });
       ws.on('error', () => {});
+      leftovers.push(() => ws.terminate());
       await waitFor('terminal ready', async () => messages.some((m) => m.type === 'ready'), 60_000);
       return { ws, messages, closed: () => closed };
     }
@@ -202,6 +206,7 @@ describe.skipIf(!dockerAvailable())(
           res.on('close', () => {
             ended = true;
           });
+          leftovers.push(() => req.destroy());
           resolve({
             status: res.statusCode ?? 0,
             text: () => text,
@@ -301,6 +306,7 @@ describe.skipIf(!dockerAvailable())(
     }, 400_000);
 
     afterAll(async () => {
+      for (const end of leftovers) end();
       await t?.context.proxy.stop(1_000);
       await world?.close();
       rmSync(dir, { recursive: true, force: true });

@@ -40,7 +40,7 @@ describe('access revocation', () => {
         permissions: ['read', 'write'],
         scopes: ['clusters'],
         displayPrefix: 'anv_live_x',
-        hash: newId('hash'),
+        hash: newId('key').replace('key_', 'hash_'),
       },
     });
     other = database.url ? openPostgres(database.url, 2) : database.db;

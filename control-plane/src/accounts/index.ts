@@ -89,7 +89,7 @@ export function createAccountServices(deps: {
     outbox,
     settings,
     resources: new ResourceDirectory(db, clock, access, activity),
-    roles: new RoleService(db, clock, access, audit, keys),
+    roles: new RoleService(db, clock, access, audit, keys, revocations),
     grants: new GrantService(db, clock, access, audit, revocations),
     shares: new ShareService(db, clock, access, audit, activity, revocations),
     team: new TeamService({
