@@ -36,6 +36,9 @@ const OUTPUT_DRAIN_MS = 5_000;
 /** How long a client told why its connection ends has to close its channels before it is cut off. */
 const CLOSE_NOTICE_MS = 5_000;
 
+/** How long a connection over the account's limit may stay without opening a session to be told why. */
+const REFUSED_IDLE_MS = 10_000;
+
 /** Client environment passed into sessions (as sshd's default AcceptEnv). */
 const ACCEPTED_ENV = /^(LANG|LC_[A-Z_]+)$/;
 
@@ -131,7 +134,9 @@ export class SshRelay {
       endAfter(client, open);
     };
     client.on('error', (error: Error) => log.debug({ err: error }, 'ssh client error'));
+    let gone = false;
     client.on('close', () => {
+      gone = true;
       release?.();
       this.#connections.delete(client);
       if (login) log.info({ cluster_id: login.clusterId, user_id: login.userId }, 'ssh connection closed');
@@ -144,20 +149,23 @@ export class SshRelay {
             ctx.accept();
           } else if (result) {
             login = result;
-            try {
-              release = this.#hold(result, (reason) => {
+            // Counted once per connection, whatever the client does after (and not when it already left).
+            if (release === null && refusal === null && !gone) {
+              try {
+                release = this.#hold(result, (reason) => {
+                  log.info(
+                    { cluster_id: result.clusterId, user_id: result.userId, reason },
+                    'ssh access revoked',
+                  );
+                  disconnect(`anvil: access to ${result.clusterId} was revoked (${reason}); disconnecting`);
+                });
+              } catch (error) {
+                refusal = `anvil: ${error instanceof ApiError ? error.message : 'the connection was refused'}`;
                 log.info(
-                  { cluster_id: result.clusterId, user_id: result.userId, reason },
-                  'ssh access revoked',
+                  { cluster_id: result.clusterId, user_id: result.userId },
+                  'ssh connection over the limit',
                 );
-                disconnect(`anvil: access to ${result.clusterId} was revoked (${reason}); disconnecting`);
-              });
-            } catch (error) {
-              refusal = `anvil: ${error instanceof ApiError ? error.message : 'the connection was refused'}`;
-              log.info(
-                { cluster_id: result.clusterId, user_id: result.userId },
-                'ssh connection over the limit',
-              );
+              }
             }
             log.info(
               {
@@ -220,10 +228,10 @@ export class SshRelay {
 
   /**
    * A connection that may not go on: its first shell, exec or subsystem gets the message on stderr and
-   * exit status 255, then the connection ends (at once when the client opens nothing).
+   * exit status 255, then the connection ends (after REFUSED_IDLE_MS when the client opens none).
    */
   #refuse(client: Connection, message: string): void {
-    const timer = setTimeout(() => client.end(), 10_000);
+    const timer = setTimeout(() => client.end(), REFUSED_IDLE_MS);
     timer.unref();
     client.once('close', () => clearTimeout(timer));
     client.on('tcpip', (_accept, reject) => reject());
