@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { isWellFormedApiKey } from '@anvil/shared';
+import type { SessionLimits } from './access-revocation/live-sessions.ts';
 import { parseSecretKey } from './crypto/secret-box.ts';
 import { invalidCidrs } from './proxy/ip-rules.ts';
 
@@ -56,6 +57,11 @@ export interface Config {
   /** SSH relay: its port (0 = a free port) and the host name shown in clusters' ssh_connection. */
   sshPort: number;
   sshHost: string;
+  /**
+   * Concurrent long-lived sessions one account may hold per control-plane process, by kind
+   * (ANVIL_MAX_TERMINAL_SESSIONS, ANVIL_MAX_LOG_STREAMS, ANVIL_MAX_SSH_CONNECTIONS, ANVIL_MAX_PROXY_WEBSOCKETS).
+   */
+  sessionLimits: SessionLimits;
   /** How often usage alerts and billing.cost_alerts are evaluated (seconds; 0 = never on a timer). */
   usageAlertSeconds: number;
   /** USD per GB (10^9 bytes) of data transfer through tunnels and dataset downloads; 0 meters for free. */
@@ -292,6 +298,12 @@ export function loadConfig(env: Env = process.env): Config {
     proxyTlsKey: proxyTlsKey === null ? null : resolve(proxyTlsKey),
     sshPort: integer(env, 'ANVIL_SSH_PORT', 2222, 0, 65535),
     sshHost: sshHostOf(env, publicUrl),
+    sessionLimits: {
+      terminal: integer(env, 'ANVIL_MAX_TERMINAL_SESSIONS', 20, 1, 100_000),
+      log_stream: integer(env, 'ANVIL_MAX_LOG_STREAMS', 50, 1, 100_000),
+      ssh: integer(env, 'ANVIL_MAX_SSH_CONNECTIONS', 50, 1, 100_000),
+      proxy_websocket: integer(env, 'ANVIL_MAX_PROXY_WEBSOCKETS', 200, 1, 100_000),
+    },
     usageAlertSeconds: integer(env, 'ANVIL_USAGE_ALERT_SECONDS', 300, 0, 86_400),
     transferPricePerGb: price(env, 'ANVIL_TRANSFER_PRICE_PER_GB'),
     storagePricePerGbHour: price(env, 'ANVIL_STORAGE_PRICE_PER_GB_HOUR'),

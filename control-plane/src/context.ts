@@ -1,4 +1,5 @@
 import pino, { type Logger } from 'pino';
+import { AccessRevocations, LiveSessions, SessionAccessCheck } from './access-revocation/index.ts';
 import { type AccountServices, createAccountServices } from './accounts/index.ts';
 import { ApiKeyService } from './auth/api-keys.ts';
 import { type Clock, systemClock } from './auth/clock.ts';
@@ -32,6 +33,10 @@ export interface AppContext {
   clock: Clock;
   keys: KeyResolver;
   apiKeys: ApiKeyService;
+  /** Revocations of keys, members and shares, heard by every process: open sessions that lost access end. */
+  revocations: AccessRevocations;
+  /** Terminals, log streams, SSH connections and proxy WebSockets: per-account limits, ended on revocation. */
+  liveSessions: LiveSessions;
   rateLimits: RateLimitService;
   requestLog: RequestLog;
   apiUsage: ApiUsageService;
@@ -80,9 +85,22 @@ export function createContext(
   logger: Logger = pino({ level: 'silent' }),
 ): AppContext {
   const keys = new KeyResolver({ db, clock });
-  const apiKeys = new ApiKeyService(db, clock, keys);
+  const revocations = new AccessRevocations(db, logger.child({ component: 'access-revocation' }));
+  const apiKeys = new ApiKeyService(db, clock, keys, revocations);
   const requestLog = new RequestLog({ sql: db.sql, clock });
-  const accounts = createAccountServices({ config, db, clock, keys, apiKeys, logger });
+  const accounts = createAccountServices({ config, db, clock, keys, apiKeys, revocations, logger });
+  const sessionAccess = new SessionAccessCheck(
+    db,
+    clock,
+    new ClusterAccess(db, accounts.access),
+    revocations,
+  );
+  const liveSessions = new LiveSessions({
+    revocations,
+    check: sessionAccess,
+    limits: config.sessionLimits,
+    logger: logger.child({ component: 'live-sessions' }),
+  });
   const transfer = new TransferMeter({
     db,
     clock,
@@ -136,6 +154,8 @@ export function createContext(
     audit: accounts.audit,
     dataDir: config.dataDir,
     publicHost: config.sshHost,
+    revocations,
+    liveSessions,
     // The agents' reverse tunnels (contract 4).
     tunnels: () => fleet.tunnels,
     logger: logger.child({ component: 'ssh' }),
@@ -147,6 +167,9 @@ export function createContext(
     clock,
     keys,
     access: accounts.access,
+    sessionAccess,
+    revocations,
+    liveSessions,
     // The agents' reverse tunnels (contract 4).
     tunnels: () => fleet.tunnels,
     logger: logger.child({ component: 'proxy' }),
@@ -182,6 +205,8 @@ export function createContext(
     clock,
     keys,
     apiKeys,
+    revocations,
+    liveSessions,
     rateLimits: new RateLimitService({ db, clock, access: accounts.access, audit: accounts.audit }),
     requestLog,
     apiUsage: new ApiUsageService(db.sql, clock, requestLog),
@@ -199,6 +224,7 @@ export function createContext(
     terminal: new TerminalService({
       clusters: ssh.clusters,
       tunnels: () => ssh.tunnels(),
+      liveSessions,
       clock,
       logger: logger.child({ component: 'terminal' }),
     }),
@@ -214,6 +240,7 @@ export function createContext(
     ready: false,
     async start() {
       await keys.start();
+      await revocations.start();
       await context.rateLimits.start();
       requestLog.start();
       await context.accounts.start();
@@ -248,6 +275,7 @@ export function createContext(
       // After the tunnels closed: their last bytes are written.
       await transfer.stop();
       await keys.stop();
+      await revocations.stop();
       await context.rateLimits.stop();
       await requestLog.stop();
       await context.accounts.stop();

@@ -1,4 +1,5 @@
 import { ApiError } from '@anvil/shared';
+import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import {
   type AccessControl,
   type Actor,
@@ -68,6 +69,7 @@ export class RoleService {
     private readonly access: AccessControl,
     private readonly audit: AuditLog,
     private readonly keys: KeyResolver,
+    private readonly revocations: AccessRevocations,
   ) {}
 
   async schema(actor: Actor) {
@@ -187,6 +189,8 @@ export class RoleService {
     });
     // Members holding the role (or one inheriting it) have new permissions from their next request on.
     await this.keys.invalidate();
+    // Every open session of the account is re-checked: a role that lost cluster access ends them.
+    await this.revocations.publish({ accountId: member.accountId, reason: 'member_changed' });
     return viewRole(after);
   }
 

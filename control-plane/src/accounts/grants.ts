@@ -1,4 +1,5 @@
 import { ApiError, newId } from '@anvil/shared';
+import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { PermissionGrant } from '../db/generated/client.ts';
@@ -44,6 +45,7 @@ export class GrantService {
     private readonly clock: Clock,
     private readonly access: AccessControl,
     private readonly audit: AuditLog,
+    private readonly revocations: AccessRevocations,
   ) {}
 
   async grant(actor: Actor, userId: string, input: GrantInput) {
@@ -106,6 +108,11 @@ export class GrantService {
     const updated = await this.db.prisma.permissionGrant.update({
       where: { id: row.id },
       data: { status: 'revoked', revokedById: member.userId, revokedAt: now },
+    });
+    await this.revocations.publish({
+      accountId: member.accountId,
+      reason: 'grant_revoked',
+      userId: row.userId,
     });
     await this.audit.record({
       accountId: member.accountId,

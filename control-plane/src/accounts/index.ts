@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import { AccessControl } from '../auth/access.ts';
 import type { ApiKeyService } from '../auth/api-keys.ts';
 import type { Clock } from '../auth/clock.ts';
@@ -52,9 +53,10 @@ export function createAccountServices(deps: {
   clock: Clock;
   keys: KeyResolver;
   apiKeys: ApiKeyService;
+  revocations: AccessRevocations;
   logger: Logger;
 }): AccountServices {
-  const { config, db, clock, keys, apiKeys, logger } = deps;
+  const { config, db, clock, keys, apiKeys, revocations, logger } = deps;
   let loaded: ReturnType<typeof loadSecretBox> | null = null;
   const load = () => {
     loaded ??= loadSecretBox({
@@ -100,10 +102,19 @@ export function createAccountServices(deps: {
     settings,
     ipPolicy,
     resources: new ResourceDirectory(db, clock, access, activity),
-    roles: new RoleService(db, clock, access, audit, keys),
-    grants: new GrantService(db, clock, access, audit),
-    shares: new ShareService(db, clock, access, audit, activity),
-    team: new TeamService({ db, clock, access, audit, keys, activity, publicUrl: config.publicUrl }),
+    roles: new RoleService(db, clock, access, audit, keys, revocations),
+    grants: new GrantService(db, clock, access, audit, revocations),
+    shares: new ShareService(db, clock, access, audit, activity, revocations),
+    team: new TeamService({
+      db,
+      clock,
+      access,
+      audit,
+      keys,
+      revocations,
+      activity,
+      publicUrl: config.publicUrl,
+    }),
     invitations: new InvitationService({
       db,
       clock,

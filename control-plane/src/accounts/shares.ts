@@ -1,4 +1,5 @@
 import { ApiError, newId } from '@anvil/shared';
+import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { ResourceShare } from '../db/generated/client.ts';
@@ -44,6 +45,7 @@ export class ShareService {
     private readonly access: AccessControl,
     private readonly audit: AuditLog,
     private readonly activity: ActivityTracker,
+    private readonly revocations: AccessRevocations,
   ) {}
 
   async share(actor: Actor, resourceId: string, input: ShareInput) {
@@ -183,6 +185,13 @@ export class ShareService {
     const updated = await this.db.prisma.resourceShare.update({
       where: { id: row.id },
       data: { status: 'revoked', revokedById: member.userId, revokedAt: now },
+    });
+    // The member's open sessions on the resource are re-checked and end unless other access remains.
+    await this.revocations.publish({
+      accountId: member.accountId,
+      reason: 'share_revoked',
+      userId: row.userId,
+      resourceId: row.resourceId,
     });
     await this.audit.record({
       accountId: member.accountId,

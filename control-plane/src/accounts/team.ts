@@ -1,4 +1,5 @@
 import { ApiError } from '@anvil/shared';
+import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import { type AccessControl, type Actor, holds, type MemberAccess } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { KeyResolver } from '../auth/key-resolver.ts';
@@ -40,6 +41,7 @@ export class TeamService {
       access: AccessControl;
       audit: AuditLog;
       keys: KeyResolver;
+      revocations: AccessRevocations;
       activity: ActivityTracker;
       publicUrl: string;
     },
@@ -205,6 +207,12 @@ export class TeamService {
     if (role !== target.role || updated.status !== target.status) {
       // Every process drops its cached view of the member's keys: a suspension stops them now.
       await this.deps.keys.invalidate();
+      // Open sessions (proxy cookies, SSH, terminals, log streams) are re-checked and end without access.
+      await this.deps.revocations.publish({
+        accountId: manager.accountId,
+        reason: updated.status === 'suspended' ? 'member_suspended' : 'member_changed',
+        userId: target.id,
+      });
       this.deps.activity.forget(target.id);
     }
     const changed =
@@ -260,6 +268,11 @@ export class TeamService {
       }),
     ]);
     await this.deps.keys.invalidate();
+    await this.deps.revocations.publish({
+      accountId: manager.accountId,
+      reason: 'member_removed',
+      userId: target.id,
+    });
     this.deps.activity.forget(target.id);
     await audit.record({
       accountId: manager.accountId,

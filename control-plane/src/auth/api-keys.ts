@@ -11,6 +11,7 @@ import {
   type KeyType,
   newId,
 } from '@anvil/shared';
+import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import type { ApiKey } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Clock } from './clock.ts';
@@ -197,6 +198,7 @@ export class ApiKeyService {
     private readonly db: Database,
     private readonly clock: Clock,
     private readonly resolver: KeyResolver,
+    private readonly revocations: AccessRevocations,
   ) {}
 
   setPolicy(policy: KeyPolicy): void {
@@ -302,6 +304,8 @@ export class ApiKeyService {
             data: { status: 'revoked', revokedAt: now, graceUntil: null },
           });
     await this.resolver.invalidate();
+    // Sessions opened with the key (proxy cookies, terminals, log streams) end in every process.
+    await this.revocations.publish({ accountId: row.accountId, reason: 'key_revoked', keyId: row.id });
     return viewKey(updated, now);
   }
 

@@ -21,7 +21,8 @@ export function sseEvent(entry: ClusterLogEntry): string {
 /**
  * A Server-Sent Events body of a cluster's logs: the backlog (the lines after `afterSeq`, or the newest
  * `tail` lines), then, when following, new lines as they are stored, with heartbeats. Destroying the
- * stream (the client went away) stops it at its next step.
+ * stream (the client went away) stops it at its next step. When `revoked` aborts (the caller lost access
+ * to the cluster), an `event: revoked` with the reason is the last thing sent and the stream ends.
  */
 export function streamLogs(args: {
   logs: ClusterLogService;
@@ -31,6 +32,7 @@ export function streamLogs(args: {
   afterSeq: number | undefined;
   filter: LogFilter;
   options: LogStreamOptions;
+  revoked?: AbortSignal;
   onError: (error: unknown) => void;
 }): Readable {
   const { logs, cluster, follow, tail, filter, options } = args;
@@ -58,6 +60,18 @@ export function streamLogs(args: {
     if (!out.write(text)) await Promise.race([once(out, 'drain'), once(out, 'close')]);
   };
 
+  args.revoked?.addEventListener(
+    'abort',
+    () => {
+      if (closed) return;
+      closed = true;
+      wake?.();
+      const reason = String(args.revoked?.reason ?? 'access revoked');
+      out.end(`event: revoked\ndata: ${JSON.stringify({ reason })}\n\n`);
+    },
+    { once: true },
+  );
+
   const send = async (entries: ClusterLogEntry[]) => {
     for (const entry of entries) await write(sseEvent(entry));
   };
@@ -79,7 +93,7 @@ export function streamLogs(args: {
       if (page.length === options.pageSize) continue;
       if (!follow) {
         await write('event: end\ndata: {}\n\n');
-        out.end();
+        if (!closed) out.end();
         return;
       }
       if (Date.now() - lastBeat >= options.heartbeatMs) {

@@ -64,6 +64,8 @@ interface Caller {
   role: string | null;
   /** Signed in with the browser's session cookie (ambient, so cross-site writes are refused). */
   byCookie: boolean;
+  /** The API key the caller (or their cookie session) was authenticated with. */
+  keyId: string | null;
   /** Rate-limit and unique-visitor identity: the user, else the client address. */
   visitor: string;
 }
@@ -326,7 +328,8 @@ export class ProxyGateway {
     required: boolean,
     clientIp: string,
   ): Promise<Caller> {
-    if (!required) return { userId: null, role: null, byCookie: false, visitor: `ip:${clientIp}` };
+    if (!required)
+      return { userId: null, role: null, byCookie: false, keyId: null, visitor: `ip:${clientIp}` };
     const permission = access.required_permission;
     if (credentials.anvilKey) {
       const user = await this.proxy.authorizeKey(
@@ -335,11 +338,17 @@ export class ProxyGateway {
         clientIp,
         permission,
       );
-      return { userId: user.userId, role: user.role, byCookie: false, visitor: `user:${user.userId}` };
+      return {
+        userId: user.userId,
+        role: user.role,
+        byCookie: false,
+        keyId: user.keyId,
+        visitor: `user:${user.userId}`,
+      };
     }
     const cookie = credentials.cookie === null ? null : readCookie(req.headers.cookie, SESSION_COOKIE);
     if (cookie) {
-      const session = await this.proxy.sessions.find(cookie);
+      const session = await this.proxy.sessions.find(cookie, route.cluster.accountId, permission);
       if (
         session &&
         session.clusterId === route.cluster.id &&
@@ -347,7 +356,13 @@ export class ProxyGateway {
       ) {
         await this.proxy.authorizeSession(session.userId, route.cluster.id, permission);
         const role = await this.proxy.roleOf(session.userId);
-        return { userId: session.userId, role, byCookie: true, visitor: `user:${session.userId}` };
+        return {
+          userId: session.userId,
+          role,
+          byCookie: true,
+          keyId: session.keyId,
+          visitor: `user:${session.userId}`,
+        };
       }
     }
     throw new Refusal(
@@ -468,7 +483,20 @@ export class ProxyGateway {
       if (!target) throw new Refusal(404, 'NOT_FOUND', 'unknown proxy host');
       const admitted = await this.admit(req, target.clusterId, target.port, clientIp, false);
       if (!admitted) throw new Refusal(400, 'VALIDATION_ERROR', 'not an upgrade');
-      const upstream = await this.proxy.pool.open(target.clusterId, admitted.mapping.internalPort);
+      // A revocation may come while the tunnel opens: the socket then ends as soon as it is piped.
+      let stop: (() => void) | null = null;
+      let revoked = false;
+      const release = this.holdSocket(admitted, () => {
+        if (stop) stop();
+        else revoked = true;
+      });
+      let upstream: Duplex;
+      try {
+        upstream = await this.proxy.pool.open(target.clusterId, admitted.mapping.internalPort);
+      } catch (error) {
+        release();
+        throw error;
+      }
       const headers = forwardedHeaders(req, admitted.credentials);
       headers.connection = 'Upgrade';
       headers.upgrade = req.headers.upgrade ?? 'websocket';
@@ -481,6 +509,7 @@ export class ProxyGateway {
       if (head.length > 0) upstream.write(head);
       this.upgraded.add(socket);
       const end = () => {
+        release();
         this.upgraded.delete(socket);
         socket.destroy();
         upstream.destroy();
@@ -490,6 +519,9 @@ export class ProxyGateway {
       socket.on('close', end);
       upstream.pipe(socket);
       socket.pipe(upstream);
+      stop = end;
+      // A client gone while the tunnel opened fired its close before anyone listened.
+      if (revoked || socket.destroyed) end();
       this.proxy.traffic.log(
         target.clusterId,
         this.entry(req, clientIp, admitted.caller.userId, 101, started),
@@ -507,6 +539,29 @@ export class ProxyGateway {
           this.entry(req, clientIp, refusal.user, refusal.status, started),
         );
     }
+  }
+
+  /**
+   * Counts a WebSocket against the cluster account's limit (429 past it) and lets a revocation of its
+   * caller's key, membership or access end it. Returns the release.
+   */
+  private holdSocket(admitted: Admitted, end: () => void): () => void {
+    const { route, caller } = admitted;
+    const accountId = route.cluster.accountId;
+    return this.proxy.liveSessions.hold({
+      kind: 'proxy_websocket',
+      accountId,
+      grant: caller.userId
+        ? {
+            accountId,
+            userId: caller.userId,
+            clusterId: route.cluster.id,
+            permission: 'read',
+            apiKeyId: caller.keyId,
+          }
+        : null,
+      end,
+    });
   }
 
   /** GET /__anvil/login?ticket=…&next=/path: trades a one-time ticket for the session cookie. */

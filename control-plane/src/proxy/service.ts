@@ -1,6 +1,9 @@
 import type { IncomingMessage } from 'node:http';
 import { ApiError, newId } from '@anvil/shared';
 import type { Logger } from 'pino';
+import type { SessionAccessCheck } from '../access-revocation/access-check.ts';
+import type { LiveSessions } from '../access-revocation/live-sessions.ts';
+import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import type { AccountIpPolicy } from '../accounts/settings-ip-policy.ts';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
@@ -49,6 +52,11 @@ export interface ProxyServiceOptions {
   clock: Clock;
   keys: KeyResolver;
   access: AccessControl;
+  /** Re-checks cookie sessions on use; revocations delete them and clear the access caches. */
+  sessionAccess: SessionAccessCheck;
+  revocations: AccessRevocations;
+  /** Where WebSocket connections are counted against the account's limit, and ended on revocation. */
+  liveSessions: LiveSessions;
   /** The tunnel implementation; null until one exists (requests then answer 502). */
   tunnels: () => TunnelOpener | null;
   logger: Logger;
@@ -108,13 +116,20 @@ export class ProxyService {
   readonly rateLimits: ProxyRateLimits;
   readonly pool: UpstreamPool;
   readonly clusters: ClusterAccess;
+  readonly liveSessions: LiveSessions;
   private readonly health: HealthScheduler;
   private readonly gateway: ProxyGateway;
   private tunnelOverride: TunnelOpener | null = null;
   private tls: ProxyTls | null = null;
   /** Cluster access verdicts per `<key id>:<cluster id>` (authorizeKey). */
-  private readonly accessCache = new Map<string, { userId: string; role: string; at: number }>();
-  private readonly accessChecks = new Map<string, Promise<{ userId: string; role: string; at: number }>>();
+  private readonly accessCache = new Map<
+    string,
+    { userId: string; role: string; keyId: string; at: number }
+  >();
+  private readonly accessChecks = new Map<
+    string,
+    Promise<{ userId: string; role: string; keyId: string; at: number }>
+  >();
   private readonly roles = new Map<string, { role: string | null; at: number }>();
   /** Session members' access verdicts per `<user id>:<cluster id>:<permission>` (authorizeSession). */
   private readonly sessionAccess = new Map<string, { allowed: boolean; reason: string; at: number }>();
@@ -125,7 +140,20 @@ export class ProxyService {
     this.trustedProxies = new TrustedProxies(options.config.trustedProxies);
     this.clock = options.clock;
     this.store = new ProxyStore(options.db, options.clock);
-    this.sessions = new ProxySessions(options.db, options.clock);
+    this.sessions = new ProxySessions(
+      options.db,
+      options.clock,
+      options.sessionAccess,
+      options.revocations,
+      options.logger.child({ component: 'proxy-sessions' }),
+    );
+    this.liveSessions = options.liveSessions;
+    // A revoked share or suspended member stops reaching the cluster at once, not after ACCESS_CACHE_MS.
+    options.revocations.subscribe(() => {
+      this.accessCache.clear();
+      this.roles.clear();
+      this.sessionAccess.clear();
+    });
     const background = options.logger.child({ component: 'proxy-traffic' });
     this.traffic = new TrafficRecorder({ sql: options.db.sql, clock: options.clock, logger: background });
     this.limiter = new SharedCounterLimiter({
@@ -224,7 +252,7 @@ export class ProxyService {
     clusterId: string,
     ip: string,
     permission: ProxyPermission,
-  ): Promise<{ userId: string; role: string }> {
+  ): Promise<{ userId: string; role: string; keyId: string }> {
     const header = authorization.startsWith('Bearer ')
       ? authorization
       : authorization.replace(/^Bearer\s+/i, 'Bearer ');
@@ -249,7 +277,12 @@ export class ProxyService {
     if (!check) {
       check = this.clusters
         .require({ principal, ip }, clusterId, permission)
-        .then(() => ({ userId: principal.userId, role: principal.userRole, at: nowMs }))
+        .then(() => ({
+          userId: principal.userId,
+          role: principal.userRole,
+          keyId: principal.keyId,
+          at: nowMs,
+        }))
         .finally(() => this.accessChecks.delete(cacheKey));
       this.accessChecks.set(cacheKey, check);
     }

@@ -1,10 +1,15 @@
 import { newId } from '@anvil/shared';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { SessionAccessCheck } from '../access-revocation/access-check.ts';
+import { AccessRevocations } from '../access-revocation/revocations.ts';
+import { AuditLog } from '../accounts/audit.ts';
+import { AccessControl } from '../auth/access.ts';
+import { ClusterAccess } from '../clusters/access.ts';
 import type { PrismaClient } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { openPostgres } from '../db/index.ts';
 import { clusterRow } from '../testing/cluster-row.ts';
-import { createTestDatabase, ManualClock, type TestDatabase } from '../testing/index.ts';
+import { createTestDatabase, ManualClock, type TestDatabase, testLogger } from '../testing/index.ts';
 import { ProxySessions } from './sessions.ts';
 
 describe('ProxySessions', () => {
@@ -53,8 +58,14 @@ describe('ProxySessions', () => {
   }
 
   it('lets no more than max_concurrent_sessions logins through when two processes redeem at once', async () => {
-    const a = new ProxySessions(slowCounts(database.db, 300), clock);
-    const b = new ProxySessions(slowCounts(other, 300), clock);
+    const sessions = (db: Database) => {
+      const revocations = new AccessRevocations(db, testLogger());
+      const clusters = new ClusterAccess(db, new AccessControl(db, clock, new AuditLog(db, clock)));
+      const check = new SessionAccessCheck(db, clock, clusters, revocations);
+      return new ProxySessions(db, clock, check, revocations, testLogger());
+    };
+    const a = sessions(slowCounts(database.db, 300));
+    const b = sessions(slowCounts(other, 300));
     const ticket = async () =>
       (await a.issueTicket({ clusterId, internalPort: 8080, userId, keyId: 'key_a' })).ticket;
     const [first, second] = [await ticket(), await ticket()];

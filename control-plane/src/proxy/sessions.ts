@@ -1,5 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { ApiError } from '@anvil/shared';
+import type { Logger } from 'pino';
+import type { SessionAccessCheck } from '../access-revocation/access-check.ts';
+import type { AccessRevocations, Revocation } from '../access-revocation/revocations.ts';
+import type { RolePermission } from '../accounts/roles.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 
@@ -21,7 +25,10 @@ const hashOf = (token: string) => createHash('sha256').update(token).digest('hex
 
 /**
  * One-time login tickets (issued through the authenticated API) and the cookie sessions they become.
- * Only sha256 hashes of either are stored. Sessions are cached in this process for a few seconds.
+ * Only sha256 hashes of either are stored. Sessions are cached in this process for a few seconds, and a
+ * session is good only while what it was opened with holds: the key, its member, the member's access to
+ * the cluster (re-checked on use through SessionAccessCheck). A revocation deletes the sessions and
+ * tickets that lost their access, and clears the cache, in every process.
  */
 export class ProxySessions {
   private readonly cache = new Map<string, { session: ProxySessionInfo | null; at: number }>();
@@ -29,7 +36,41 @@ export class ProxySessions {
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
-  ) {}
+    private readonly access: SessionAccessCheck,
+    revocations: AccessRevocations,
+    private readonly logger: Logger,
+  ) {
+    revocations.subscribe((revocation) => {
+      this.cache.clear();
+      this.purge(revocation).catch((error: unknown) =>
+        this.logger.error({ err: error, revocation }, 'proxy sessions of a revocation were not deleted'),
+      );
+    });
+  }
+
+  /** Deletes the sessions and tickets a revocation concerns that no longer have their access. */
+  async purge(revocation: Revocation): Promise<number> {
+    if (revocation.userId === undefined && revocation.keyId === undefined) return 0;
+    const rows = await this.db.prisma.proxySession.findMany({
+      where: {
+        ...(revocation.userId !== undefined ? { userId: revocation.userId } : {}),
+        ...(revocation.keyId !== undefined ? { keyId: revocation.keyId } : {}),
+        ...(revocation.resourceId !== undefined ? { clusterId: revocation.resourceId } : {}),
+      },
+    });
+    const dead: string[] = [];
+    for (const row of rows) {
+      const verdict = await this.access.check(
+        { ...row, accountId: revocation.accountId, permission: 'read', apiKeyId: row.keyId },
+        { fresh: true },
+      );
+      if (!verdict.allowed) dead.push(row.tokenHash);
+    }
+    if (dead.length === 0) return 0;
+    const { count } = await this.db.prisma.proxySession.deleteMany({ where: { tokenHash: { in: dead } } });
+    for (const hash of dead) this.cache.delete(hash);
+    return count;
+  }
 
   async issueTicket(
     input: Omit<ProxySessionInfo, 'expiresAt'>,
@@ -101,7 +142,15 @@ export class ProxySessions {
     return { cookie, expiresAt };
   }
 
-  async find(cookie: string): Promise<ProxySessionInfo | null> {
+  /**
+   * The live session of a cookie on a cluster of `accountId`, or null: unknown, expired, or its key,
+   * member or access to the cluster (at `permission`) is gone, in which case it is deleted.
+   */
+  async find(
+    cookie: string,
+    accountId: string,
+    permission: RolePermission = 'read',
+  ): Promise<ProxySessionInfo | null> {
     const hash = hashOf(cookie);
     const nowMs = this.clock.now().getTime();
     const cached = this.cache.get(hash);
@@ -113,6 +162,17 @@ export class ProxySessions {
       if (this.cache.size > 50_000) this.cache.clear();
     }
     if (!session || session.expiresAt.getTime() <= nowMs) return null;
+    const verdict = await this.access.check({
+      accountId,
+      userId: session.userId,
+      clusterId: session.clusterId,
+      permission,
+      apiKeyId: session.keyId,
+    });
+    if (!verdict.allowed) {
+      await this.end(cookie);
+      return null;
+    }
     return session;
   }
 

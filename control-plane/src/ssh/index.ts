@@ -1,5 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
+import type { LiveSessions } from '../access-revocation/live-sessions.ts';
+import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import type { AuditLog } from '../accounts/audit.ts';
 import type { AccountIpPolicy } from '../accounts/settings-ip-policy.ts';
 import type { AccessControl } from '../auth/access.ts';
@@ -22,6 +24,10 @@ export interface SshServiceOptions {
   dataDir: string;
   /** Host name shown in ssh_connection (ANVIL_SSH_HOST). */
   publicHost: string;
+  /** Where deleting an SSH key is announced. */
+  revocations: AccessRevocations;
+  /** Where relay connections are counted against the account's limit, and ended on revocation. */
+  liveSessions: LiveSessions;
   /** The fleet's tunnels (contract 4), read on each use: null until the host fleet provides them. */
   tunnels: () => TunnelOpener | null;
   logger: Logger;
@@ -39,7 +45,7 @@ export class SshService {
   #hostKeyFingerprint: string | null = null;
 
   constructor(private readonly options: SshServiceOptions) {
-    this.keys = new SshKeyService(options.db, options.clock);
+    this.keys = new SshKeyService(options.db, options.clock, options.revocations);
     this.clusters = new ClusterAccess(options.db, options.access);
     this.gate = new SshGate(options.db, this.clusters, this.keys, options.audit, options.ipPolicy);
   }
@@ -62,6 +68,7 @@ export class SshService {
       hostKey: hostKey.privateKey,
       gate: this.gate,
       keys: this.keys,
+      liveSessions: this.options.liveSessions,
       tunnels: () => this.tunnels(),
       logger: this.options.logger.child({ component: 'ssh-relay' }),
     });

@@ -1,4 +1,5 @@
 import { ApiError, newId } from '@anvil/shared';
+import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { SshKey } from '../db/generated/client.ts';
@@ -33,6 +34,7 @@ export class SshKeyService {
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
+    private readonly revocations: AccessRevocations,
   ) {}
 
   async add(actor: Actor, input: SshKeyInput) {
@@ -90,6 +92,13 @@ export class SshKeyService {
       throw new ApiError('SSH_KEY_NOT_FOUND', `no SSH key ${id} on your profile`, { ssh_key_id: id });
     }
     await this.db.prisma.sshKey.delete({ where: { id: row.id } });
+    // SSH connections that authenticated with the key end in every process.
+    await this.revocations.publish({
+      accountId: row.accountId,
+      reason: 'ssh_key_deleted',
+      userId: row.userId,
+      sshKeyId: row.id,
+    });
     return { id: row.id, deleted: true, message: `SSH key ${row.name} removed` };
   }
 

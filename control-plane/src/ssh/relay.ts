@@ -1,5 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { ApiError } from '@anvil/shared';
 import type { Logger } from 'pino';
 import ssh2, {
   type AuthContext,
@@ -8,10 +9,11 @@ import ssh2, {
   type ServerChannel,
   type Session,
 } from 'ssh2';
+import type { LiveSessions } from '../access-revocation/live-sessions.ts';
 import type { ExecSession, TunnelOpener } from '../tunnels/types.ts';
 import { ContainerExec, finished } from './container-exec.ts';
 import { ContainerFs } from './container-fs.ts';
-import type { SshGate } from './gate.ts';
+import { SHELL_PERMISSION, type SshGate } from './gate.ts';
 import type { SshKeyService } from './keys.ts';
 import { fingerprintOf } from './public-key.ts';
 import { ScpServer } from './scp.ts';
@@ -31,6 +33,12 @@ const CONTAINER_ALIASES = new Set(['localhost', '127.0.0.1', '::1', '0.0.0.0', '
 /** After the process exited, how long its output may take to arrive before the exit status is sent. */
 const OUTPUT_DRAIN_MS = 5_000;
 
+/** How long a client told why its connection ends has to close its channels before it is cut off. */
+const CLOSE_NOTICE_MS = 5_000;
+
+/** How long a connection over the account's limit may stay without opening a session to be told why. */
+const REFUSED_IDLE_MS = 10_000;
+
 /** Client environment passed into sessions (as sshd's default AcceptEnv). */
 const ACCEPTED_ENV = /^(LANG|LC_[A-Z_]+)$/;
 
@@ -38,6 +46,8 @@ export interface SshRelayOptions {
   hostKey: string;
   gate: SshGate;
   keys: SshKeyService;
+  /** Counts connections against the account's limit; ends those whose member lost access. */
+  liveSessions: LiveSessions;
   /** The tunnels into containers; null while none is configured (sessions are then refused with a message). */
   tunnels: () => TunnelOpener | null;
   logger: Logger;
@@ -45,6 +55,7 @@ export interface SshRelayOptions {
 
 interface Login {
   clusterId: string;
+  accountId: string;
   userId: string;
   keyId: string;
   fingerprint: string;
@@ -106,8 +117,27 @@ export class SshRelay {
     this.#connections.add(client);
     const log = this.options.logger.child({ remote: ip });
     let login: Login | null = null;
+    /** The connection's place in the account's limit, once logged in. */
+    let release: (() => void) | null = null;
+    /** Why the connection may not go on (over the account's limit): told on its first session, then closed. */
+    let refusal: string | null = null;
+    /** Shell, exec, scp and sftp channels: where a disconnect notice can be written. */
+    const channels = new Set<ServerChannel>();
+    const track = (channel: ServerChannel) => {
+      channels.add(channel);
+      channel.once('close', () => channels.delete(channel));
+      return channel;
+    };
+    const disconnect = (message: string) => {
+      const open = [...channels];
+      for (const channel of open) tellAndClose(channel, `\r\n${message}`);
+      endAfter(client, open);
+    };
     client.on('error', (error: Error) => log.debug({ err: error }, 'ssh client error'));
+    let gone = false;
     client.on('close', () => {
+      gone = true;
+      release?.();
       this.#connections.delete(client);
       if (login) log.info({ cluster_id: login.clusterId, user_id: login.userId }, 'ssh connection closed');
     });
@@ -119,6 +149,24 @@ export class SshRelay {
             ctx.accept();
           } else if (result) {
             login = result;
+            // Counted once per connection, whatever the client does after (and not when it already left).
+            if (release === null && refusal === null && !gone) {
+              try {
+                release = this.#hold(result, (reason) => {
+                  log.info(
+                    { cluster_id: result.clusterId, user_id: result.userId, reason },
+                    'ssh access revoked',
+                  );
+                  disconnect(`anvil: access to ${result.clusterId} was revoked (${reason}); disconnecting`);
+                });
+              } catch (error) {
+                refusal = `anvil: ${error instanceof ApiError ? error.message : 'the connection was refused'}`;
+                log.info(
+                  { cluster_id: result.clusterId, user_id: result.userId },
+                  'ssh connection over the limit',
+                );
+              }
+            }
             log.info(
               {
                 cluster_id: result.clusterId,
@@ -141,7 +189,11 @@ export class SshRelay {
     });
     client.on('ready', () => {
       const session = login!;
-      client.on('session', (accept) => this.#session(accept(), session, log));
+      if (refusal !== null) {
+        this.#refuse(client, refusal);
+        return;
+      }
+      client.on('session', (accept) => this.#session(accept(), session, log, track));
       client.on('tcpip', (accept, reject, info) => {
         if (!CONTAINER_ALIASES.has(info.destIP) && info.destIP !== session.clusterId) {
           log.info(
@@ -156,6 +208,45 @@ export class SshRelay {
         log.debug({ request: name }, 'ssh global request refused');
         reject?.();
       });
+    });
+  }
+
+  #hold(login: Login, end: (reason: string) => void): () => void {
+    return this.options.liveSessions.hold({
+      kind: 'ssh',
+      accountId: login.accountId,
+      grant: {
+        accountId: login.accountId,
+        userId: login.userId,
+        clusterId: login.clusterId,
+        permission: SHELL_PERMISSION,
+        sshKeyId: login.keyId,
+      },
+      end,
+    });
+  }
+
+  /**
+   * A connection that may not go on: its first shell, exec or subsystem gets the message on stderr and
+   * exit status 255, then the connection ends (after REFUSED_IDLE_MS when the client opens none).
+   */
+  #refuse(client: Connection, message: string): void {
+    const timer = setTimeout(() => client.end(), REFUSED_IDLE_MS);
+    timer.unref();
+    client.once('close', () => clearTimeout(timer));
+    client.on('tcpip', (_accept, reject) => reject());
+    client.on('request', (_accept, reject) => reject?.());
+    client.on('session', (accept) => {
+      const session = accept();
+      session.on('pty', (ok) => ok?.());
+      session.on('env', (ok) => ok?.());
+      const tell = (channel: ServerChannel) => {
+        tellAndClose(channel, message);
+        endAfter(client, [channel]);
+      };
+      session.on('shell', (ok) => tell(ok()));
+      session.on('exec', (ok) => tell(ok()));
+      session.on('subsystem', (ok) => tell(ok()));
     });
   }
 
@@ -189,6 +280,7 @@ export class SshRelay {
     await this.options.keys.markUsed(verdict.key.id);
     return {
       clusterId: verdict.cluster.id,
+      accountId: verdict.cluster.accountId,
       userId: verdict.userId,
       keyId: verdict.key.id,
       fingerprint: verdict.key.fingerprint,
@@ -202,7 +294,12 @@ export class SshRelay {
     return tunnels;
   }
 
-  #session(session: Session, login: Login, log: Logger): void {
+  #session(
+    session: Session,
+    login: Login,
+    log: Logger,
+    track: (channel: ServerChannel) => ServerChannel,
+  ): void {
     let pty: PseudoTtyInfo | null = null;
     const env: Record<string, string> = {};
     let exec: ExecSession | null = null;
@@ -261,11 +358,11 @@ export class SshRelay {
       );
     };
 
-    session.on('shell', (accept) => run(accept(), LOGIN_SHELL, 'shell'));
+    session.on('shell', (accept) => run(track(accept()), LOGIN_SHELL, 'shell'));
     session.on('exec', (accept, _reject, info) => {
       const scp = parseScpCommand(info.command);
-      if (scp) this.#scp(accept(), scp, login, log);
-      else run(accept(), ['/bin/sh', '-c', info.command], 'exec');
+      if (scp) this.#scp(track(accept()), scp, login, log);
+      else run(track(accept()), ['/bin/sh', '-c', info.command], 'exec');
     });
     // SFTP arrives as a plain subsystem channel (no 'sftp' listener, so ssh2 does not parse it): the
     // relay speaks the protocol itself (SftpChannel).
@@ -276,7 +373,7 @@ export class SshRelay {
         return;
       }
       log.info({ cluster_id: login.clusterId, user_id: login.userId, kind: 'sftp' }, 'ssh session');
-      const channel = accept();
+      const channel = track(accept());
       try {
         new SftpBackend(channel, this.#files(login, channel), log);
       } catch (error) {
@@ -347,6 +444,31 @@ export class SshRelay {
       },
     );
   }
+}
+
+/** Ends a session channel with a message on stderr and exit status 255. */
+function tellAndClose(channel: ServerChannel, message: string): void {
+  channel.stderr.write(`${message}\r\n`);
+  channel.exit(255);
+  channel.end();
+}
+
+/**
+ * Ends the connection once the client closed these channels (OpenSSH writes a channel's stderr out
+ * only in its main loop: a disconnect arriving first would lose the message), or after a bound.
+ */
+function endAfter(client: Connection, channels: ServerChannel[]): void {
+  const timer = setTimeout(() => client.end(), CLOSE_NOTICE_MS);
+  timer.unref();
+  let open = channels.length;
+  const closed = () => {
+    open -= 1;
+    if (open > 0) return;
+    clearTimeout(timer);
+    client.end();
+  };
+  if (open === 0) closed();
+  for (const channel of channels) channel.once('close', closed);
 }
 
 /**

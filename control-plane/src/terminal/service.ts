@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { ApiError, newId } from '@anvil/shared';
 import type { Logger } from 'pino';
+import type { LiveSessions } from '../access-revocation/live-sessions.ts';
 import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Principal } from '../auth/principal.ts';
@@ -45,6 +46,8 @@ export class TerminalSession {
     readonly userId: string,
     readonly exec: ExecSession,
     bufferBytes: number,
+    /** Gives the session's place back to the account's terminal limit. */
+    readonly release: () => void,
   ) {
     this.buffer = new OutputBuffer(bufferBytes);
   }
@@ -71,6 +74,8 @@ interface Ticket {
 export interface TerminalServiceOptions {
   clusters: ClusterAccess;
   tunnels: () => TunnelOpener | null;
+  /** Counts terminals against the account's limit; ends those whose opener lost access. */
+  liveSessions: LiveSessions;
   clock: Clock;
   logger: Logger;
   reconnectWindowMs?: number;
@@ -130,13 +135,36 @@ export class TerminalService {
     if (!tunnels) throw new ApiError('SERVICE_UNAVAILABLE', 'no tunnels into containers are configured', {});
     const cols = size.cols ?? 80;
     const rows = size.rows ?? 24;
-    const exec = await tunnels.openExec(clusterId, {
-      command: LOGIN_SHELL,
-      tty: true,
-      cols,
-      rows,
-      env: { TERM: 'xterm-256color' },
+    let opened: TerminalSession | null = null;
+    let revokedEarly: string | null = null;
+    const release = this.options.liveSessions.hold({
+      kind: 'terminal',
+      accountId: cluster.accountId,
+      grant: {
+        accountId: cluster.accountId,
+        userId: actor.principal.userId,
+        clusterId,
+        permission: 'write',
+        apiKeyId: actor.principal.keyId,
+      },
+      end: (reason) => {
+        if (opened) this.#revoke(opened, reason);
+        else revokedEarly = reason;
+      },
     });
+    let exec: ExecSession;
+    try {
+      exec = await tunnels.openExec(clusterId, {
+        command: LOGIN_SHELL,
+        tty: true,
+        cols,
+        rows,
+        env: { TERM: 'xterm-256color' },
+      });
+    } catch (error) {
+      release();
+      throw error;
+    }
     const session = new TerminalSession(
       newId('term'),
       clusterId,
@@ -144,7 +172,9 @@ export class TerminalService {
       actor.principal.userId,
       exec,
       this.#bufferBytes,
+      release,
     );
+    opened = session;
     this.#sessions.set(session.id, session);
     exec.stdout.on('data', (chunk: Buffer) => {
       const seq = session.buffer.append(chunk);
@@ -159,6 +189,12 @@ export class TerminalService {
     });
     // Not attached yet: the client has the reconnect window to connect the first time.
     session.expireIn(this.reconnectWindowMs, () => this.#drop(session));
+    if (revokedEarly !== null) {
+      this.#revoke(session, revokedEarly);
+      throw new ApiError('UNAUTHORIZED', `access to cluster ${clusterId} was revoked: ${revokedEarly}`, {
+        cluster_id: clusterId,
+      });
+    }
     this.options.logger.info(
       { cluster_id: clusterId, user_id: actor.principal.userId, session_id: session.id },
       'terminal opened',
@@ -257,11 +293,19 @@ export class TerminalService {
     this.#drop(session);
   }
 
-  #drop(session: TerminalSession): void {
+  /** The opener lost access to the cluster: the client is told why, and the shell is killed. */
+  #revoke(session: TerminalSession, reason: string): void {
+    session.client?.send({ type: 'error', code: 'UNAUTHORIZED', message: `access revoked: ${reason}` });
+    // A close reason is at most 123 bytes.
+    this.#drop(session, { code: 4001, reason: `access revoked: ${reason}`.slice(0, 120) });
+  }
+
+  #drop(session: TerminalSession, close = { code: 1000, reason: 'session closed' }): void {
     session.cancelExpiry();
     if (this.#sessions.get(session.id) !== session) return;
     this.#sessions.delete(session.id);
-    session.client?.close(1000, 'session closed');
+    session.release();
+    session.client?.close(close.code, close.reason);
     session.client = null;
     session.exec.close();
     this.options.logger.info({ cluster_id: session.clusterId, session_id: session.id }, 'terminal closed');

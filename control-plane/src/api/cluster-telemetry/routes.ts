@@ -272,7 +272,10 @@ export const clusterTelemetryRoutes: FastifyPluginAsyncTypebox<{ context: AppCon
           'the stream open and sends new lines as they are stored (checked every second); follow=false ends after ' +
           'the lines already stored with `event: end`. A comment line `: heartbeat` is sent every 15 s so proxies ' +
           'keep the connection. The stream ends when the client disconnects. level and search filter as on GET ' +
-          '/logs. Lines are sent in the order stored.',
+          '/logs. Lines are sent in the order stored. An account holds at most ANVIL_MAX_LOG_STREAMS open streams ' +
+          '(default 50; past it 429 RATE_LIMITED, details.reason max_concurrent_sessions). When the caller loses access ' +
+          '(key revoked, member suspended or removed, cluster unshared) the stream ends within seconds with ' +
+          '`event: revoked` and `data: {"reason"}`.',
         params: ClusterParams,
         querystring: StreamQuery,
         response: {
@@ -291,6 +294,22 @@ export const clusterTelemetryRoutes: FastifyPluginAsyncTypebox<{ context: AppCon
       }
       const levels = levelsOf(request.query.level, errors);
       errors.throwIfAny();
+      const { principal } = actorOf(request);
+      const revoked = new AbortController();
+      // Counted against the account's limit (429 past it); a revocation of the key, the member or their
+      // access to the cluster ends the stream.
+      const release = context.liveSessions.hold({
+        kind: 'log_stream',
+        accountId: cluster.accountId,
+        grant: {
+          accountId: cluster.accountId,
+          userId: principal.userId,
+          clusterId: cluster.id,
+          permission: 'read',
+          apiKeyId: principal.keyId,
+        },
+        end: (reason) => revoked.abort(reason),
+      });
       const stream = streamLogs({
         logs,
         cluster,
@@ -299,9 +318,14 @@ export const clusterTelemetryRoutes: FastifyPluginAsyncTypebox<{ context: AppCon
         afterSeq: lastEventId === undefined ? undefined : Number(lastEventId),
         filter: { levels, search: request.query.search || undefined },
         options: context.clusterTelemetry.streamOptions,
+        revoked: revoked.signal,
         onError: (error) => request.log.warn({ err: error }, 'log stream failed'),
       });
-      reply.raw.on('close', () => stream.destroy());
+      stream.on('close', release);
+      reply.raw.on('close', () => {
+        release();
+        stream.destroy();
+      });
       return reply
         .header('content-type', 'text/event-stream; charset=utf-8')
         .header('cache-control', 'no-cache, no-transform')

@@ -42,7 +42,12 @@ of the chunk's first byte in the session's output (replayed output first), \`{"t
 bytes the client asked for were already dropped, \`{"type":"exit","code"}\` when the shell ended (then close
 1000), \`{"type":"error","code","message"}\`. Client → server: \`{"type":"input","data":"<text>"}\` (or a binary
 frame of raw bytes), \`{"type":"resize","cols","rows"}\`, \`{"type":"signal","name":"INT"}\`. Refused upgrades answer
-an HTTP status with the wrapped error body (401 no or bad credentials, 403/404 as for the cluster, 400 bad query).`;
+an HTTP status with the wrapped error body (401 no or bad credentials, 403/404 as for the cluster, 400 bad query).
+
+An account holds at most ANVIL_MAX_TERMINAL_SESSIONS sessions at once (default 20): opening another answers 429
+\`RATE_LIMITED\` (details.reason \`max_concurrent_sessions\`). When the opener loses access to the cluster (key revoked,
+member suspended or removed, cluster unshared) the session ends within seconds: \`{"type":"error","code":"UNAUTHORIZED"}\`,
+then close code 4001.`;
 
 const SessionView = Type.Object({
   session_id: Type.String(),
