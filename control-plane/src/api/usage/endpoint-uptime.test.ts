@@ -126,4 +126,13 @@ describe('endpoint worker uptime billing', () => {
     ]);
     expect(await prisma.usageRecord.count({ where: { resourceId: endpointId } })).toBe(1);
   });
+
+  it('documents the rule in the OpenAPI descriptions of the usage and endpoint routes', async () => {
+    const doc = (await t.app.inject({ url: '/openapi.json' })).json();
+    const description = (path: string, method: string) =>
+      (doc.paths[path]?.[method]?.description ?? '') as string;
+    expect(description('/v2/accounts/usage/endpoints', 'get')).toMatch(/bill their uptime.*cost 0/s);
+    expect(description('/v2/endpoints', 'post')).toMatch(/bill their uptime.*cost 0/s);
+    expect(description('/v2/accounts/usage/gpu', 'get')).toMatch(/stored GPU samples/);
+  });
 });
