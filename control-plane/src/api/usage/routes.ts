@@ -160,7 +160,8 @@ export const usageRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = a
 
   const ALERTS =
     'Rules watch the current calendar period (daily, weekly from Monday, monthly) in the billing time zone: ' +
-    'cost = USD spent, compute_hours = cluster running hours. They are evaluated every ' +
+    'cost = USD spent, compute_hours = running hours of GPU sessions (clusters, training jobs, endpoint ' +
+    'workers). They are evaluated every ' +
     'ANVIL_USAGE_ALERT_SECONDS together with billing.cost_alerts from the settings; a threshold reached is ' +
     'recorded once per rule and period and notified once: webhook event cost.threshold_exceeded (webhook ' +
     'enabled and subscribed to that event; signed X-Anvil-Signature as every settings webhook), chat ' +
