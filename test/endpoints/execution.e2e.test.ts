@@ -94,6 +94,8 @@ describe.skipIf(!dockerAvailable())('serverless endpoints with a real agent and 
       where: { endpointId, status: 'ready' },
     });
     expect(workers.map((w) => w.id)).toContain(sync.body.output.worker);
+    // The worker's uptime is billed from its container start, as the agent reports it.
+    for (const w of workers) expect(w.billingStartedAt).not.toBeNull();
 
     const asyncId = await run({ n: 1 }, { webhook: `${hooks.url}/done` });
     expect((await waitJob(asyncId, ['COMPLETED'])).output.echo).toEqual({ n: 1 });
@@ -108,12 +110,13 @@ describe.skipIf(!dockerAvailable())('serverless endpoints with a real agent and 
       where: { resourceId: endpointId, kind: 'execution' },
     });
     expect(usage.length).toBeGreaterThanOrEqual(2);
-    expect(usage[0]).toMatchObject({ resourceType: 'endpoint', gpuType: 'H100', quantity: 1 });
+    expect(usage[0]).toMatchObject({ resourceType: 'endpoint', gpuType: 'H100', quantity: 1, cost: 0 });
     const endpointsUsage = await api('GET', '/v2/accounts/usage/endpoints?period=1d');
     expect(endpointsUsage.body.endpointUsage[0]).toMatchObject({
       endpointId,
       executions: expect.any(Number),
     });
+    expect(endpointsUsage.body.endpointUsage[0].computeHours).toBeGreaterThan(0);
   });
 
   it('fails, retries, times out, cancels and streams', { timeout: 240_000 }, async () => {

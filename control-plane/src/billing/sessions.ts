@@ -1,5 +1,6 @@
 import { newId } from '@anvil/shared';
 import type { Cluster, Prisma } from '../db/generated/client.ts';
+import { gpuUuidsAt } from './gpu-devices.ts';
 
 type Tx = Prisma.TransactionClient;
 
@@ -20,7 +21,8 @@ export interface ClosedSession {
 /**
  * Closes the cluster's open billing session at `endedAt` (contract 6): one usage_records row (kind
  * gpu_compute, resource type cluster, quantity in hours, GPU-hours, cost at the rate fixed at placement)
- * and session_started_at cleared, in the caller's transaction. The UPDATE's condition makes a second
+ * and session_started_at cleared, in the caller's transaction. The record names the host and GPU UUIDs
+ * the session held (usage/gpu-history.ts reads their samples). The UPDATE's condition makes a second
  * close of the same session (another replica, a retried step) a no-op. Null when no session was open.
  */
 export async function closeSession(
@@ -29,11 +31,14 @@ export async function closeSession(
   endedAt: Date,
   reason: string,
 ): Promise<ClosedSession | null> {
-  const rows = await tx.$queryRawUnsafe<{ started: Date | null }[]>(
-    'SELECT session_started_at AS started FROM clusters WHERE id = $1 FOR UPDATE',
+  const rows = await tx.$queryRawUnsafe<
+    { started: Date | null; host_id: string | null; gpu_indices: number[] | null }[]
+  >(
+    'SELECT session_started_at AS started, host_id, gpu_indices FROM clusters WHERE id = $1 FOR UPDATE',
     cluster.id,
   );
   const started = rows[0]?.started;
+  const hostId = rows[0]?.host_id ?? null;
   if (!started) return null;
   await tx.$executeRawUnsafe(
     'UPDATE clusters SET session_started_at = NULL, updated_at = $2 WHERE id = $1',
@@ -45,6 +50,13 @@ export async function closeSession(
   const ms = end.getTime() - startedAt.getTime();
   const hours = ms / HOUR_MS;
   const cost = sessionCost(cluster.hourlyRate, ms);
+  // The GPUs the session held, so reports find their samples once the cluster has released them.
+  const host = hostId
+    ? await tx.host.findUnique({ where: { id: hostId }, select: { inventory: true } })
+    : null;
+  const gpus = hostId
+    ? { host_id: hostId, gpu_uuids: gpuUuidsAt(host?.inventory, rows[0]?.gpu_indices ?? []) }
+    : {};
   await tx.usageRecord.create({
     data: {
       id: newId('use'),
@@ -62,7 +74,7 @@ export async function closeSession(
       currency: 'USD',
       startedAt,
       endedAt: end,
-      metadata: { reason, hourly_rate: cluster.hourlyRate },
+      metadata: { reason, hourly_rate: cluster.hourlyRate, ...gpus },
     },
   });
   return { startedAt, endedAt: end, hours, cost };

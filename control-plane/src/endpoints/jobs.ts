@@ -435,13 +435,14 @@ export class JobQueue {
 
 /**
  * The usage record of one execution (usage reports, GET /v2/accounts/usage/endpoints): kind execution,
- * quantity 1, GPU hours = (completed_at − started_at) × gpu_count, cost = GPU hours × the GPU's price.
+ * quantity 1, GPU hours = (completed_at − started_at) × gpu_count, cost 0: the worker's uptime is what is
+ * billed (billing/worker-sessions.ts) and already holds these GPU-seconds, so charging them again here
+ * would bill them twice. The record counts executions, their duration and outcome.
  */
 async function recordExecution(tx: Tx, job: EndpointJob, now: Date): Promise<void> {
   if (!job.startedAt) return;
   const endpoint = await tx.endpoint.findUnique({ where: { id: job.endpointId } });
   if (!endpoint) return;
-  const price = await tx.gpuPrice.findUnique({ where: { gpuType: endpoint.gpuType } });
   const ended = job.completedAt ?? now;
   const durationMs = Math.max(0, ended.getTime() - job.startedAt.getTime());
   const gpuHours = (durationMs / 3_600_000) * endpoint.gpuCount;
@@ -458,8 +459,8 @@ async function recordExecution(tx: Tx, job: EndpointJob, now: Date): Promise<voi
       quantity: 1,
       unit: 'executions',
       gpuHours,
-      cost: gpuHours * (price?.hourlyRate ?? 0),
-      currency: price?.currency ?? 'USD',
+      cost: 0,
+      currency: 'USD',
       startedAt: job.startedAt,
       endedAt: ended,
       metadata: { jobId: job.id, durationMs, success: job.status === 'COMPLETED', status: job.status },

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
+import { billingStartOf, openWorkerSession } from '../billing/worker-sessions.ts';
 import type { Endpoint, EndpointWorker, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { PassLoop } from '../util/pass-loop.ts';
@@ -35,7 +36,7 @@ interface WorkloadState {
   desired: string;
   phase: string;
   host_unreachable: boolean;
-  actual_status: { error?: string | null; exitCode?: number | null } | null;
+  actual_status: { error?: string | null; exitCode?: number | null; startedAt?: string | null } | null;
 }
 
 /**
@@ -183,6 +184,7 @@ export class EndpointSupervisor {
     await Promise.all(
       workers.map(async (worker) => {
         const load = byId.get(worker.id);
+        if (load) await this.#startBilling(worker, load);
         if (!load || load.desired === 'deleted')
           return this.#remove(worker, 'failed', 'its container was removed');
         if (load.host_unreachable) return this.#remove(worker, 'lost', 'its host is unreachable');
@@ -224,6 +226,15 @@ export class EndpointSupervisor {
         if (due || this.#suspect.has(worker.id)) return this.#probe(endpoint, worker, false);
       }),
     );
+  }
+
+  /** The worker's uptime is billed from when its container started (billing/worker-sessions.ts). */
+  async #startBilling(worker: EndpointWorker, load: WorkloadState): Promise<void> {
+    if (worker.billingStartedAt) return;
+    const start = billingStartOf(load.actual_status?.startedAt, worker.createdAt, this.d.clock.now());
+    if (!start) return;
+    await openWorkerSession(this.d.db.prisma, worker.id, start);
+    worker.billingStartedAt = start;
   }
 
   async #probe(endpoint: Endpoint, worker: EndpointWorker, starting: boolean): Promise<void> {

@@ -2,6 +2,7 @@ import { ApiError, newId } from '@anvil/shared';
 import { WorkloadSpec } from '@anvil/shared/protocol';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { Clock } from '../auth/clock.ts';
+import { closeWorkerSession } from '../billing/worker-sessions.ts';
 import type { Endpoint, EndpointWorker, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
@@ -154,6 +155,8 @@ export class WorkerPlacer {
         uuid: capacity.gpu_uuids[capacity.gpu_indices.indexOf(index)] ?? `GPU-index-${index}`,
       }));
       const spec = workerSpecOf(endpoint, workerId, gpus);
+      // The worker's rate is fixed at placement, as a cluster's: a price change applies to later workers.
+      const price = await tx.gpuPrice.findUnique({ where: { gpuType: endpoint.gpuType } });
       await tx.workload.create({
         data: {
           id: workerId,
@@ -175,6 +178,7 @@ export class WorkerPlacer {
           gpuIndices: indices,
           configVersion: endpoint.configVersion,
           status: 'starting',
+          hourlyRate: (price?.hourlyRate ?? 0) * endpoint.gpuCount,
           createdAt: now,
           updatedAt: now,
         },
@@ -186,7 +190,8 @@ export class WorkerPlacer {
 
   /**
    * The worker's container is removed (desired deleted: its agent removes it, now or when it reconnects)
-   * and its GPUs are given back to the capacity index; the worker row keeps its final status.
+   * and its GPUs are given back to the capacity index; the worker row keeps its final status. Its open
+   * billing session closes with it (billing/worker-sessions.ts).
    */
   async remove(
     worker: EndpointWorker,
@@ -203,6 +208,7 @@ export class WorkerPlacer {
         where: { id: worker.id, status: { in: ['starting', 'ready', 'draining'] } },
         data: { status, statusReason: reason, stoppedAt: now, updatedAt: now },
       });
+      await closeWorkerSession(tx, worker, now, status);
       await refreshHost(tx, worker.hostId);
     }, TX_OPTIONS);
   }

@@ -14,7 +14,8 @@ import { round, totalsOf, type UsageReports } from './reports.ts';
  * Usage alerts: the account's rules (usage_alerts) and the billing settings' cost_alerts, evaluated on a
  * timer (and by evaluateAll/evaluateAccount directly). A rule watches the current calendar period —
  * daily, weekly (ISO, from Monday) or monthly — in the account's billing time zone: `cost` is the USD
- * spent, `compute_hours` the cluster running hours, both from usage records plus open sessions. When the
+ * spent, `compute_hours` the running hours of GPU sessions (clusters, training jobs, endpoint workers),
+ * both from usage records plus open sessions. When the
  * value reaches the threshold, one trigger row is inserted for (rule, period start) — a unique key, so
  * concurrent evaluators and repeated runs record it once — and only the evaluator that inserted it
  * notifies: webhook event `cost.threshold_exceeded` (when the webhook is enabled and lists that event;

@@ -4,7 +4,8 @@ import type { Database } from '../db/index.ts';
 /**
  * The billed quantities of an account over a time range: closed sessions and other usage from
  * usage_records (contract 6), plus each open cluster session (the cluster's sessionStartedAt until now,
- * at its hourlyRate). Reports and alerts are computed from these only.
+ * at its hourlyRate) and each open endpoint worker session (its billingStartedAt until now, at its
+ * hourlyRate: billing/worker-sessions.ts). Reports and alerts are computed from these only.
  */
 
 export interface UsageItem {
@@ -22,7 +23,7 @@ export interface UsageItem {
   startedAt: Date;
   endedAt: Date;
   metadata: Record<string, unknown> | null;
-  /** An open cluster session, measured up to now. */
+  /** An open cluster or endpoint worker session, measured up to now. */
   open: boolean;
 }
 
@@ -48,7 +49,7 @@ export class UsageRecords {
 
   /** Items of the account touching [from, to], open sessions measured up to `now`. */
   async load(accountId: string, from: Date, to: Date, now: Date): Promise<UsageItem[]> {
-    const [closed, open] = await Promise.all([
+    const [closed, open, workers] = await Promise.all([
       this.db.prisma.usageRecord.findMany({
         where: { accountId, endedAt: { gte: from }, startedAt: { lte: to } },
         orderBy: { startedAt: 'asc' },
@@ -64,7 +65,22 @@ export class UsageRecords {
           sessionStartedAt: true,
         },
       }),
+      this.db.prisma.endpointWorker.findMany({
+        where: { accountId, billingStartedAt: { not: null, lte: to } },
+        select: {
+          id: true,
+          endpointId: true,
+          hostId: true,
+          hourlyRate: true,
+          billingStartedAt: true,
+          endpoint: { select: { ownerId: true, name: true, gpuType: true, gpuCount: true } },
+        },
+      }),
     ]);
+    const specs = await this.db.prisma.workload.findMany({
+      where: { id: { in: workers.map((w) => w.id) } },
+      select: { id: true, spec: true },
+    });
     const items: UsageItem[] = closed.map((r) => ({
       id: r.id,
       resourceType: r.resourceType,
@@ -100,6 +116,36 @@ export class UsageRecords {
         startedAt,
         endedAt: now,
         metadata: null,
+        open: true,
+      });
+    }
+    for (const w of workers) {
+      const startedAt = w.billingStartedAt!;
+      const ms = Math.max(0, now.getTime() - startedAt.getTime());
+      const hours = ms / 3_600_000;
+      const gpus =
+        (specs.find((s) => s.id === w.id)?.spec as { gpus?: { uuid?: unknown }[] } | null)?.gpus ?? [];
+      items.push({
+        id: `open:${w.id}`,
+        resourceType: 'endpoint',
+        resourceId: w.endpointId,
+        kind: 'gpu_compute',
+        userId: w.endpoint.ownerId,
+        gpuType: w.endpoint.gpuType,
+        gpuCount: w.endpoint.gpuCount,
+        quantity: hours,
+        unit: 'hours',
+        gpuHours: hours * w.endpoint.gpuCount,
+        cost: sessionCost(w.hourlyRate, ms),
+        startedAt,
+        endedAt: now,
+        metadata: {
+          name: w.endpoint.name,
+          worker_id: w.id,
+          hourly_rate: w.hourlyRate,
+          host_id: w.hostId,
+          gpu_uuids: gpus.map((g) => g.uuid).filter((u): u is string => typeof u === 'string'),
+        },
         open: true,
       });
     }
@@ -139,103 +185,5 @@ export class UsageRecords {
       [accountId, from, to],
     );
     return Number(rows[0]?.n ?? 0);
-  }
-
-  /**
-   * GPU telemetry of open sessions over [from, to) by GPU type, from the one-minute GPU rollups of the
-   * GPUs each running cluster holds now (host inventory index → UUID). Closed sessions have none: their
-   * GPUs are not recorded once released.
-   */
-  async gpuMetrics(
-    accountId: string,
-    items: UsageItem[],
-    from: Date,
-    to: Date,
-  ): Promise<
-    Map<
-      string,
-      { avgUtil: number | null; peakUtil: number | null; avgMemory: number | null; avgTemp: number | null }
-    >
-  > {
-    const open = items.filter((i) => i.open && i.kind === 'gpu_compute');
-    const out = new Map<
-      string,
-      { avgUtil: number | null; peakUtil: number | null; avgMemory: number | null; avgTemp: number | null }
-    >();
-    if (open.length === 0) return out;
-    const clusters = await this.db.prisma.cluster.findMany({
-      where: { accountId, id: { in: open.map((i) => i.resourceId) }, hostId: { not: null } },
-      select: { id: true, hostId: true, gpuIndices: true, gpuType: true, sessionStartedAt: true },
-    });
-    const hosts = await this.db.prisma.host.findMany({
-      where: { id: { in: clusters.map((c) => c.hostId!) } },
-      select: { id: true, inventory: true },
-    });
-    const byType = new Map<
-      string,
-      { n: number; util: number; peak: number | null; mem: number; memN: number; temp: number; tempN: number }
-    >();
-    for (const cluster of clusters) {
-      const devices =
-        (
-          (hosts.find((h) => h.id === cluster.hostId)?.inventory ?? null) as {
-            gpus?: { devices?: { index: number; uuid: string }[] };
-          } | null
-        )?.gpus?.devices ?? [];
-      const uuids = cluster.gpuIndices
-        .map((index) => devices.find((d) => d.index === index)?.uuid)
-        .filter((u): u is string => typeof u === 'string');
-      if (uuids.length === 0) continue;
-      const start =
-        cluster.sessionStartedAt && cluster.sessionStartedAt > from ? cluster.sessionStartedAt : from;
-      const rows = await this.db.sql.query<{
-        n: number | null;
-        util: number | null;
-        peak: number | null;
-        mem: number | null;
-        mem_n: number | null;
-        temp: number | null;
-        temp_n: number | null;
-      }>(
-        `SELECT sum(samples) FILTER (WHERE data ? 'utilizationPercent')::float8 AS n,
-                sum((data->'utilizationPercent'->>'avg')::float8 * samples)::float8 AS util,
-                max((data->'utilizationPercent'->>'max')::float8)::float8 AS peak,
-                sum(100 * (data->'memoryUsedBytes'->>'avg')::float8 / nullif((data->'memoryTotalBytes'->>'avg')::float8, 0) * samples)::float8 AS mem,
-                sum(samples) FILTER (WHERE data ? 'memoryUsedBytes' AND data ? 'memoryTotalBytes')::float8 AS mem_n,
-                sum((data->'temperatureC'->>'avg')::float8 * samples)::float8 AS temp,
-                sum(samples) FILTER (WHERE data ? 'temperatureC')::float8 AS temp_n
-           FROM metric_rollups
-          WHERE host_id = $1 AND kind = 'gpu' AND series = ANY($2::text[]) AND bucket >= $3 AND bucket < $4`,
-        [cluster.hostId, uuids, start, to],
-      );
-      const r = rows[0];
-      if (!r?.n) continue;
-      const acc = byType.get(cluster.gpuType) ?? {
-        n: 0,
-        util: 0,
-        peak: null,
-        mem: 0,
-        memN: 0,
-        temp: 0,
-        tempN: 0,
-      };
-      acc.n += r.n;
-      acc.util += r.util ?? 0;
-      acc.peak = r.peak === null ? acc.peak : Math.max(acc.peak ?? 0, r.peak);
-      acc.mem += r.mem ?? 0;
-      acc.memN += r.mem_n ?? 0;
-      acc.temp += r.temp ?? 0;
-      acc.tempN += r.temp_n ?? 0;
-      byType.set(cluster.gpuType, acc);
-    }
-    for (const [type, acc] of byType) {
-      out.set(type, {
-        avgUtil: acc.n > 0 ? acc.util / acc.n : null,
-        peakUtil: acc.peak,
-        avgMemory: acc.memN > 0 ? acc.mem / acc.memN : null,
-        avgTemp: acc.tempN > 0 ? acc.temp / acc.tempN : null,
-      });
-    }
-    return out;
   }
 }

@@ -3,6 +3,7 @@ import type { SettingsService } from '../accounts/settings.ts';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import type { GpuHistory, GpuStats } from './gpu-history.ts';
 import {
   buckets,
   checkPeriod,
@@ -16,8 +17,8 @@ import {
 import { type ResourceInfo, shareIn, type UsageItem, type UsageRecords } from './records.ts';
 
 /**
- * Usage and cost reports (account spec: Usage reports), computed from usage records and open cluster
- * sessions only. An item spanning a window or bucket edge counts pro rata to its time inside; an item
+ * Usage and cost reports (account spec: Usage reports), computed from usage records and open cluster and
+ * endpoint worker sessions only; GPU utilisation from the telemetry store's samples (gpu-history.ts). An item spanning a window or bucket edge counts pro rata to its time inside; an item
  * without duration (an execution, a transfer) counts where it ends. Amounts are USD.
  */
 
@@ -116,6 +117,7 @@ export class UsageReports {
       access: AccessControl;
       settings: SettingsService;
       records: UsageRecords;
+      history: GpuHistory;
     },
   ) {}
 
@@ -312,9 +314,16 @@ export class UsageReports {
       byType.set(key, [...(byType.get(key) ?? []), item]);
     }
     const days = buckets('day', window.start, window.end, zone);
-    const metrics = query.includeMetrics
-      ? await this.deps.records.gpuMetrics(accountId, items, window.start, window.end)
-      : new Map();
+    const history = query.includeMetrics
+      ? await this.deps.history.of(
+          accountId,
+          items,
+          window.start,
+          window.end,
+          days.map((d) => d.start),
+        )
+      : null;
+    const metrics = history?.byType ?? new Map<string, GpuStats>();
     const gpuUsage = [...byType.entries()]
       .sort(([a], [b]) => a.localeCompare(b))
       .map(([gpuType, list]) => {
@@ -341,7 +350,7 @@ export class UsageReports {
               date: day.start.toISOString(),
               hours: round(d.gpuHours),
               cost: round(d.cost),
-              utilization: null,
+              utilization: nullableRound(history?.dailyUtil.get(gpuType)?.get(day.start.getTime()), 2),
               sessions: inDay.length,
             };
           }),

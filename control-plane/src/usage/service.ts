@@ -3,6 +3,7 @@ import type { AccountServices } from '../accounts/index.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import { UsageAlerts } from './alerts.ts';
+import { GpuHistory } from './gpu-history.ts';
 import { UsageRecords } from './records.ts';
 import { UsageReports } from './reports.ts';
 
@@ -29,6 +30,7 @@ export function createUsageServices(deps: {
     access: deps.accounts.access,
     settings: deps.accounts.settings,
     records,
+    history: new GpuHistory(deps.db),
   });
   const alerts = new UsageAlerts({
     db: deps.db,

@@ -28,6 +28,16 @@ export const CONFIGURATION =
   'starting with ANVIL_ (reserved). With autoScaling.enabled false the endpoint runs workerCount workers; with ' +
   `it on, workerCount is the starting size and the autoscaler decides after: ${AUTOSCALING_FORMULA}`;
 
+/** How endpoints are billed (billing/worker-sessions.ts). */
+export const BILLING =
+  'Billing: workers bill their uptime, as RunPod bills active workers: from when a worker’s container runs ' +
+  '(model loading and idle time included) until the worker is removed (scaled down, drained, replaced, failed, ' +
+  'lost or the endpoint deleted), per second at the GPU type’s price × gpuCount fixed when the worker was ' +
+  'placed; a worker whose container never started costs nothing. Each worker session becomes a usage record ' +
+  'of kind gpu_compute (resource type endpoint) when it ends and counts up to now in the usage reports while ' +
+  'open. Executions are recorded (kind execution) with cost 0, their GPU time being part of the uptime. Scale ' +
+  'to zero to stop paying for idle workers.';
+
 export const WORKERS =
   'Workers: each worker is a container of `image` (command as given, or the template’s startup script) with ' +
   'gpuCount GPUs of gpuType, placed on a ready GPU host like a cluster (best fit; hosts already holding a ' +
@@ -47,7 +57,8 @@ export const WORKERS =
   `queue (after ${MAX_ATTEMPTS} such losses a job FAILS). After 3 workers fail in a row without one becoming ` +
   'ready the endpoint is `error` and a new worker is tried every 30 s. Status: pending (no worker ready yet; ' +
   'statusReason says why), active (a worker is ready), inactive (no workers wanted: autoScaling at 0), ' +
-  'updating (after PUT, until every worker runs the new configuration and the count is reached), error.';
+  'updating (after PUT, until every worker runs the new configuration and the count is reached), error. ' +
+  BILLING;
 
 export const EXECUTION =
   'Statuses: IN_QUEUE → IN_PROGRESS → COMPLETED | FAILED | TIMED_OUT; IN_QUEUE or IN_PROGRESS → CANCELLED ' +
@@ -61,8 +72,9 @@ export const EXECUTION =
   'under the worker’s row lock, so no job runs twice at once and no worker gets more than maxConcurrency. ' +
   `webhook: POSTed the job’s status object (plus endpointId) as JSON once it is final; tried at once, then ` +
   `${WEBHOOK_DELAYS_MS.map((d) => `${d / 1000} s`).join(' and ')} later; a 2xx ends it; private targets are ` +
-  'refused (checked again after DNS) unless ANVIL_OUTBOUND_ALLOW_PRIVATE=true. Each run on a worker is billed ' +
-  'as one usage record (kind execution): GPU hours = (completed − started) × gpuCount at the GPU price.';
+  'refused (checked again after DNS) unless ANVIL_OUTBOUND_ALLOW_PRIVATE=true. Each run on a worker is recorded ' +
+  'as one usage record (kind execution, cost 0): GPU hours = (completed − started) × gpuCount; what is billed ' +
+  'is the workers’ uptime (see Billing).';
 
 export const RUNSYNC = `Queues the job, then waits up to ?wait= ms (default ${DEFAULT_SYNC_WAIT_MS}, at most 300000) for it to finish. Answers 200 with the job status either way: COMPLETED with output, FAILED with error, or still IN_QUEUE / IN_PROGRESS with its id to poll /status.`;
 

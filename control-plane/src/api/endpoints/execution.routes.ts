@@ -121,8 +121,8 @@ export const executionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }>
         tags,
         summary: 'Cancel a job',
         description:
-          `${EXEC_ACCESS} IN_QUEUE or IN_PROGRESS → CANCELLED (a running request to the worker is aborted; the ` +
-          'time it ran is billed); a finished job is answered as it is. Answers {id, status}.',
+          `${EXEC_ACCESS} IN_QUEUE or IN_PROGRESS → CANCELLED (a running request to the worker is aborted; ` +
+          'billing follows the worker’s uptime, not the job); a finished job is answered as it is. Answers {id, status}.',
         params: JobParams,
         response: { 200: JobAccepted, ...errors },
       },

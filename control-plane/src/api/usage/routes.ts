@@ -29,8 +29,9 @@ const ACCESS =
   'scope, else 403 INSUFFICIENT_PERMISSIONS with details.requiredScope. Only the caller’s account is counted.';
 
 const SOURCES =
-  'Computed from usage_records (closed cluster sessions, endpoint executions, storage, transfer) plus each ' +
-  'open cluster session (sessionStartedAt until now × hourlyRate). A record crossing the window or a bucket ' +
+  'Computed from usage_records (closed cluster and endpoint worker sessions, endpoint executions, storage, ' +
+  'transfer) plus each open cluster session (sessionStartedAt until now × hourlyRate) and each open endpoint ' +
+  'worker session (from its container start until now × its hourly rate). A record crossing the window or a bucket ' +
   'edge counts pro rata to its time inside; one without duration counts where it ends. Amounts are USD, ' +
   'rounded to 4 decimals; percentages to 2.';
 
@@ -99,11 +100,13 @@ export const usageRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = a
         description:
           `${PERIODS} Default 30d. totalHours: GPU hours (cluster hours × GPU count) in the window; sessions: ` +
           'billing sessions touching it (open ones included); averageSessionDuration: their mean full length ' +
-          'in hours. With includeMetrics=true, averageUtilization, peakUtilization, performance.averageMemoryUsage ' +
-          '(% of GPU memory) and averageTemperature (°C) are sample-weighted from the one-minute GPU rollups of ' +
-          'the GPUs open sessions hold now, within the window since each session began; closed sessions add ' +
-          'none (their GPUs are not recorded once released), so these are null when no session is open. ' +
-          'efficiency and per-day utilization are always null (no definition in the spec to compute them by). ' +
+          'in hours; cluster and endpoint worker sessions both count. With includeMetrics=true, ' +
+          'averageUtilization, peakUtilization, performance.averageMemoryUsage (% of GPU memory), ' +
+          'averageTemperature (°C) and each day’s usage[].utilization are sample-weighted from the stored GPU ' +
+          'samples of exactly the GPUs each session held (closed sessions name them in their record, open ones ' +
+          'hold them now), over the part of the session in the window: one-minute rollups, and raw samples for ' +
+          'minutes not rolled up yet. Null where no sample exists (rollups are kept 30 days; sessions recorded ' +
+          'before GPUs were named have none). efficiency is always null (no definition in the spec). ' +
           `${SOURCES} ${ACCESS}`,
         querystring: GpuQuery,
         response: { 200: GpuReport, ...flatErrors(400, 401, 403, 429) },
@@ -120,9 +123,12 @@ export const usageRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = a
         tags,
         summary: 'Serverless endpoint usage',
         description:
-          `${PERIODS} Default 30d. From usage records of resource type endpoint (executions: quantity of ` +
-          'kind execution; averageExecutionTime from metadata.durationMs and successRate from ' +
-          'metadata.success when recorded, else null). Empty while no endpoint has run. ' +
+          `${PERIODS} Default 30d. From usage records of resource type endpoint. Workers bill their uptime, as ` +
+          'RunPod bills active workers: from when a worker’s container runs until the worker is removed, at the ' +
+          'GPU price × gpuCount fixed when it was placed (kind gpu_compute: computeHours are its GPU hours, open ' +
+          'workers counted up to now). Executions (kind execution) are counted with cost 0, their GPU time being ' +
+          'part of that uptime; averageExecutionTime from metadata.durationMs and successRate from ' +
+          'metadata.success when recorded, else null. Empty while no endpoint has had a running worker. ' +
           `${SOURCES} ${ACCESS}`,
         querystring: EndpointsQuery,
         response: { 200: EndpointsReport, ...flatErrors(400, 401, 403, 429) },
@@ -154,7 +160,8 @@ export const usageRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = a
 
   const ALERTS =
     'Rules watch the current calendar period (daily, weekly from Monday, monthly) in the billing time zone: ' +
-    'cost = USD spent, compute_hours = cluster running hours. They are evaluated every ' +
+    'cost = USD spent, compute_hours = running hours of GPU sessions (clusters, training jobs, endpoint ' +
+    'workers). They are evaluated every ' +
     'ANVIL_USAGE_ALERT_SECONDS together with billing.cost_alerts from the settings; a threshold reached is ' +
     'recorded once per rule and period and notified once: webhook event cost.threshold_exceeded (webhook ' +
     'enabled and subscribed to that event; signed X-Anvil-Signature as every settings webhook), chat ' +
