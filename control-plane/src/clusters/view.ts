@@ -96,6 +96,8 @@ export async function clusterView(
     parts: ClusterViewParts;
     actualPorts: ActualPorts;
     withMetrics: boolean;
+    /** What the agent says is wrong with the running container (over its disk quota), or null. */
+    runningProblem?: string | null;
   },
 ): Promise<ClusterView> {
   const ports = (cluster.ports as unknown as PortRequest[]) ?? [];
@@ -106,7 +108,8 @@ export async function clusterView(
     name: cluster.name,
     description: cluster.description,
     status: cluster.status,
-    status_reason: cluster.statusReason,
+    status_reason:
+      cluster.statusReason ?? (cluster.status === 'running' ? (input.runningProblem ?? null) : null),
     gpu_type: cluster.gpuType,
     gpu_count: cluster.gpuCount,
     cpu_cores: cluster.cpuCores,
