@@ -146,6 +146,9 @@ describe.skipIf(!enabled)('account network rules across a dockerd restart', () =
   });
 
   it('leaves no network and no rule behind when the last workload goes', { timeout: 120_000 }, async () => {
+    const before = await dockerd.docker.listNetworks({ filters: { label: [`anvil.host=${hostId}`] } });
+    expect(before.map((n) => n.Name).sort()).toEqual([...networks].sort());
+    await rulesPresent();
     reconciler.setDesired(2, []);
     await reconciler.idle();
     await waitFor(

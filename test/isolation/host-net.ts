@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type Dockerode from 'dockerode';
+import { removeAccountNetworks } from '../fixtures/images/docker.ts';
 
 const run = promisify(execFile);
 
@@ -144,15 +145,5 @@ export async function ourRules(
 
 /** Removes the account networks an agent of `hostId` left (a test that ended before its workloads), with their rules. */
 export async function removeTestNetworks(docker: Dockerode, hostId: string): Promise<void> {
-  const { createIptablesFirewall } = await import('../../agent/src/network/firewall.ts');
-  const firewall = createIptablesFirewall();
-  const list = await docker.listNetworks({ filters: { label: [`anvil.host=${hostId}`, 'anvil.network'] } });
-  for (const network of list) {
-    await docker
-      .getNetwork(network.Id)
-      .remove()
-      .catch(() => {});
-    const bridge = network.Options?.['com.docker.network.bridge.name'];
-    if (bridge) await firewall.remove(bridge);
-  }
+  await removeAccountNetworks(docker, [`anvil.host=${hostId}`]);
 }

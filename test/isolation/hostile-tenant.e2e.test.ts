@@ -209,6 +209,7 @@ describe.skipIf(!dockerAvailable())('a hostile tenant on a shared host', () => {
       },
       240_000,
     );
+    expect(saturated?.limit).toBe(PIDS_LIMIT);
     expect(saturated?.current).toBeLessThanOrEqual(PIDS_LIMIT);
     // A's health check still answers through the tunnel, and A itself can still start processes.
     expect(await throughTunnel(alice)).toContain('hello-alice');
