@@ -22,14 +22,19 @@ import { runCredentialRenewal } from './connection/renewal.ts';
 import { type Dialer, wsDialer } from './connection/transport.ts';
 import { connectUrl } from './connection/url.ts';
 import { volumeDir } from './docker/container-config.ts';
+import type { DirectPorts } from './docker/labels.ts';
 import type { ContainerRuntime } from './docker/runtime.ts';
+import { detectStorageQuota, type StorageQuota } from './docker/storage-quota.ts';
 import { errorMessage } from './errors.ts';
 import type { GpuProvider } from './gpu/provider.ts';
 import type { HostProvider } from './host/provider.ts';
 import { LogBuffer } from './logs/buffer.ts';
 import { LogCursors } from './logs/cursors.ts';
 import { LogManager } from './logs/manager.ts';
+import { DiskMeter } from './metrics/disk-usage.ts';
 import { MetricsSampler } from './metrics/sampler.ts';
+import { AccountNetworks } from './network/account-networks.ts';
+import { createIptablesFirewall, type Firewall } from './network/firewall.ts';
 import { controlPlaneDownloads } from './reconcile/download-request.ts';
 import { Reconciler } from './reconcile/reconciler.ts';
 import { watchDocker } from './reconcile/watch.ts';
@@ -67,6 +72,12 @@ export interface AgentOptions {
   maxMetricSamples?: number;
   /** How often buffered logs and metrics are sent. */
   flushIntervalMs?: number;
+  /** The firewall that fences account networks; iptables by default. */
+  firewall?: Firewall;
+  /** How often each workload's disk is measured (writable layer plus volume). */
+  diskMeasureMs?: number;
+  /** ANVIL_DIRECT_PORTS_ADDRESS and its range; absent: no port is published on the host. */
+  directPorts?: DirectPorts | null;
 }
 
 export interface Agent {
@@ -107,6 +118,9 @@ export function createAgent(options: AgentOptions): Agent {
   let metricsMs: number | null = null;
   /** The credential of the current session: tunnel sockets present it. */
   let sessionCredential: HandshakeResult['credential'] | null = null;
+  const firewall = options.firewall ?? createIptablesFirewall();
+  /** Probed once at start (run), before any container is created. */
+  let storageQuota: StorageQuota = { enforced: false, reason: 'not probed yet' };
   const tunnels = new TunnelManager({
     docker: options.docker ?? null,
     controlPlaneUrl: options.controlPlaneUrl,
@@ -130,7 +144,10 @@ export function createAgent(options: AgentOptions): Agent {
       options.gpu.inventory(),
       options.runtime.info(),
     ]);
-    return { host, gpus, docker };
+    const network = options.docker
+      ? await firewall.probe()
+      : { enforced: false, reason: 'the agent has no Docker client to make account networks with' };
+    return { host, gpus, docker, isolation: { network, diskQuota: storageQuota } };
   }
 
   function sendActualState(): void {
@@ -155,6 +172,17 @@ export function createAgent(options: AgentOptions): Agent {
       logger,
       now: () => clock.now(),
     });
+    const layerBytes = options.runtime.layerBytes?.bind(options.runtime);
+    const disk = layerBytes
+      ? new DiskMeter({
+          layerBytes,
+          clock,
+          logger,
+          everyMs: options.diskMeasureMs ?? 60_000,
+          // A new figure may cross a workload's bound: the reconciler's pass puts it in the status.
+          onMeasured: () => reconciler.trigger(),
+        })
+      : null;
     const reconciler: Reconciler = new Reconciler({
       runtime: options.runtime,
       hostId,
@@ -167,6 +195,17 @@ export function createAgent(options: AgentOptions): Agent {
       onPullProgress: (report) => send(createMessage('pull_progress', report)),
       // The credential of the session at the time of each fetch (a new session may bring a new one).
       requestDownload: controlPlaneDownloads(options.controlPlaneUrl, () => sessionCredential),
+      networks: options.docker
+        ? new AccountNetworks({
+            docker: options.docker,
+            hostId,
+            firewall,
+            logger: logger.child({ component: 'networks' }),
+          })
+        : null,
+      directPorts: options.directPorts ?? null,
+      storageQuota: storageQuota.enforced,
+      ...(disk ? { diskUsage: (id: string) => disk.usage(id) } : {}),
       onPass: () => {
         logs.sync(reconciler.running());
         logs.retain(reconciler.existing());
@@ -180,6 +219,11 @@ export function createAgent(options: AgentOptions): Agent {
       clock,
       logger,
       maxSamples: options.maxMetricSamples ?? 360,
+      disk: disk && {
+        meter: disk,
+        volumeDirOf: (id) => (reconciler.specOf(id)?.volume ? volumeDir(options.volumeRoot, id) : null),
+        limitOf: (id) => reconciler.specOf(id)?.diskBytes ?? null,
+      },
     });
     const trigger = () => {
       // Docker sends events in bursts (create, start, attach...): one pass for the burst.
@@ -398,6 +442,12 @@ export function createAgent(options: AgentOptions): Agent {
     async run(signal) {
       await mkdir(options.stateDir, { recursive: true, mode: 0o700 });
       cursors = await LogCursors.open(options.stateDir, options.logger);
+      if (options.docker) storageQuota = await detectStorageQuota(options.docker);
+      if (!storageQuota.enforced)
+        options.logger.warn(
+          { reason: storageQuota.reason },
+          'storage_gb cannot be enforced on this host (measured only)',
+        );
       // A saved credential names the host: start observing Docker and following logs right away,
       // before the control plane answers, so an outage at start loses no log line.
       const saved = await credentials.load();

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from './config.ts';
+import { ConfigError, directPortsOf, loadConfig } from './config.ts';
 import { AGENT_VERSION } from './version.ts';
 
 const files = (content: Record<string, string>) => async (path: string) => {
@@ -30,6 +30,8 @@ describe('agent configuration', () => {
       nvmlLibrary: null,
       logLevel: 'info',
       allowInsecureControlPlane: false,
+      directPortsAddress: null,
+      directPortsRange: null,
     });
   });
 
@@ -69,6 +71,16 @@ describe('agent configuration', () => {
         },
       ),
     ).toMatchObject({ allowInsecureControlPlane: true });
+  });
+
+  it('publishes no port unless the operator names one address for direct ports', async () => {
+    expect(directPortsOf(await config(['--control-plane', 'https://cp']))).toBeNull();
+    const on = await config(['--control-plane', 'https://cp'], { ANVIL_DIRECT_PORTS_ADDRESS: '10.0.0.5' });
+    expect(directPortsOf(on)).toEqual({ address: '10.0.0.5', first: 30000, last: 32767 });
+    const ranged = await config(['--control-plane', 'x', '--direct-ports-range', '40000-40009'], {
+      ANVIL_DIRECT_PORTS_ADDRESS: '127.0.0.1',
+    });
+    expect(directPortsOf(ranged)).toEqual({ address: '127.0.0.1', first: 40000, last: 40009 });
   });
 
   it('ranks flags over env over file over defaults', async () => {
@@ -112,6 +124,9 @@ describe('agent configuration', () => {
     [['--control-plane', 'x', '--simulate-gpus', '2xV999'], {}, {}, 'expected <count>x<model>'],
     [['--control-plane', 'x', '--log-level', 'loud'], {}, {}, 'log level "loud"'],
     [['--config', '/missing.json'], {}, {}, 'config file /missing.json: ENOENT'],
+    [['--control-plane', 'x', '--direct-ports-address', '0.0.0.0'], {}, {}, 'not every address'],
+    [['--control-plane', 'x', '--direct-ports-address', 'eth0'], {}, {}, 'expected an IP address'],
+    [['--control-plane', 'x', '--direct-ports-range', '9-1'], {}, {}, 'direct ports range "9-1"'],
     [['--config', '/bad.json'], {}, { '/bad.json': '{' }, 'config file /bad.json: not JSON'],
     [['--config', '/typo.json'], {}, { '/typo.json': '{"controlPlain":"x"}' }, 'config file /typo.json'],
   ])('refuses %j with a clear message', async (argv, env, content, message) => {

@@ -9,6 +9,7 @@
  *                              ANVIL_VOLUME_ROOT, ANVIL_SIMULATE_GPUS, ANVIL_NVML_LIBRARY,
  *                              ANVIL_LOG_LEVEL, ANVIL_AGENT_CONFIG (path of the config file),
  *                              ANVIL_ALLOW_INSECURE_CONTROL_PLANE
+ *                              ANVIL_DIRECT_PORTS_ADDRESS, ANVIL_DIRECT_PORTS_RANGE
  *   3. JSON config file        { "controlPlane", "joinToken", "stateDir", "volumeRoot",
  *                                "simulateGpus", "nvmlLibrary", "logLevel" }
  *   4. defaults                stateDir /var/lib/anvil-agent, volumeRoot <stateDir>/volumes,
@@ -18,6 +19,7 @@
  * A join token is a secret: prefer ANVIL_JOIN_TOKEN or the file to the flag, which `ps` shows.
  */
 import { readFile } from 'node:fs/promises';
+import { isIP } from 'node:net';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Type } from '@sinclair/typebox';
@@ -35,6 +37,23 @@ export interface AgentConfig {
   logLevel: string;
   /** Accepts a ws:// (http://) control plane that is not on loopback; off: such a URL is refused. */
   allowInsecureControlPlane: boolean;
+  /**
+   * Operator opt-in: publish workload ports on this one host address (never all of them), on ports
+   * Docker picks from directPortsRange. Null (the default): nothing is published; customers reach ports
+   * through the control plane's proxy, SSH relay and tunnels, where authentication applies.
+   */
+  directPortsAddress: string | null;
+  directPortsRange: string | null;
+}
+
+/** The range direct ports are taken from when ANVIL_DIRECT_PORTS_RANGE is not set. */
+export const DEFAULT_DIRECT_PORTS_RANGE = '30000-32767';
+
+/** The direct-ports address and range as the agent uses them, or null when direct ports are off. */
+export function directPortsOf(config: Pick<AgentConfig, 'directPortsAddress' | 'directPortsRange'>) {
+  if (!config.directPortsAddress) return null;
+  const [first, last] = (config.directPortsRange ?? DEFAULT_DIRECT_PORTS_RANGE).split('-').map(Number);
+  return { address: config.directPortsAddress, first: first ?? 0, last: last ?? 0 };
 }
 
 export const DEFAULT_STATE_DIR = '/var/lib/anvil-agent';
@@ -51,6 +70,8 @@ const ConfigFile = Type.Object(
     nvmlLibrary: Type.Optional(Type.String()),
     logLevel: Type.Optional(Type.String()),
     allowInsecureControlPlane: Type.Optional(Type.String()),
+    directPortsAddress: Type.Optional(Type.String()),
+    directPortsRange: Type.Optional(Type.String()),
   },
   // A misspelt key would otherwise be ignored in silence.
   { additionalProperties: false },
@@ -66,6 +87,8 @@ const FLAGS: Record<Keys, string> = {
   nvmlLibrary: 'nvml-library',
   logLevel: 'log-level',
   allowInsecureControlPlane: 'allow-insecure-control-plane',
+  directPortsAddress: 'direct-ports-address',
+  directPortsRange: 'direct-ports-range',
 };
 const ENV: Record<Keys, string> = {
   controlPlane: 'ANVIL_CONTROL_PLANE',
@@ -76,12 +99,15 @@ const ENV: Record<Keys, string> = {
   nvmlLibrary: 'ANVIL_NVML_LIBRARY',
   logLevel: 'ANVIL_LOG_LEVEL',
   allowInsecureControlPlane: 'ANVIL_ALLOW_INSECURE_CONTROL_PLANE',
+  directPortsAddress: 'ANVIL_DIRECT_PORTS_ADDRESS',
+  directPortsRange: 'ANVIL_DIRECT_PORTS_RANGE',
 };
 
 export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-token <token>] [--state-dir <dir>]
                        [--volume-root <dir>] [--simulate-gpus 2xH100] [--nvml-library <path>]
                        [--log-level info] [--config <file.json>]
                        [--allow-insecure-control-plane true]   (needed for ws:// or http:// off loopback)
+                       [--direct-ports-address <ip>] [--direct-ports-range 30000-32767]
 Each flag also reads from an ANVIL_* environment variable or the JSON config file (see agent/README.md).`;
 
 export class ConfigError extends Error {
@@ -180,6 +206,26 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
     // Not a URL: said when the agent dials, as before.
   }
   if (refusal) throw new ConfigError(refusal);
+  const directPortsAddress = pick('directPortsAddress') ?? null;
+  if (directPortsAddress !== null) {
+    if (isIP(directPortsAddress) === 0)
+      throw new ConfigError(
+        `direct ports address ${JSON.stringify(directPortsAddress)}: expected an IP address`,
+      );
+    if (['0.0.0.0', '::'].includes(directPortsAddress))
+      throw new ConfigError(
+        `direct ports address ${directPortsAddress}: name one address of the host, not every address`,
+      );
+  }
+  const directPortsRange = pick('directPortsRange') ?? null;
+  if (directPortsRange !== null) {
+    const match = /^(\d{1,5})-(\d{1,5})$/.exec(directPortsRange);
+    const [first, last] = [Number(match?.[1]), Number(match?.[2])];
+    if (!match || first < 1 || last > 65535 || first > last)
+      throw new ConfigError(
+        `direct ports range ${JSON.stringify(directPortsRange)}: expected <first>-<last> within 1-65535`,
+      );
+  }
   return {
     help: false,
     config: {
@@ -191,6 +237,8 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
       nvmlLibrary: pick('nvmlLibrary') ?? null,
       logLevel,
       allowInsecureControlPlane,
+      directPortsAddress,
+      directPortsRange,
     },
   };
 }

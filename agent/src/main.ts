@@ -6,7 +6,7 @@
  */
 import Dockerode from 'dockerode';
 import { createAgent } from './agent.ts';
-import { ConfigError, loadConfig, USAGE } from './config.ts';
+import { ConfigError, directPortsOf, loadConfig, USAGE } from './config.ts';
 import { createContainerRuntime } from './docker/runtime.ts';
 import { errorMessage, FatalAgentError } from './errors.ts';
 import { createGpuProvider } from './gpu/provider.ts';
@@ -62,6 +62,7 @@ async function main(): Promise<number> {
     gpu,
     host: systemHost,
     logger,
+    directPorts: directPortsOf(config),
   });
 
   const abort = new AbortController();

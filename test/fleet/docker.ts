@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Dockerode from 'dockerode';
-import { dockerAvailable } from '../fixtures/images/docker.ts';
+import { dockerAvailable, removeAccountNetworks } from '../fixtures/images/docker.ts';
 import { waitFor } from './wait.ts';
 
 const run = promisify(execFile);
@@ -162,6 +162,8 @@ export async function startDockerd(label: string): Promise<Dockerd> {
               .catch(() => {}),
           ),
         );
+        // Their bridges and firewall rules would outlive the daemon.
+        await removeAccountNetworks(docker);
       }
       await stopDaemon();
       // A mount left behind (a killed daemon) would make rm fail: unmount whatever is under the dir.

@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
-import { buildCreateOptions } from './container-config.ts';
+import {
+  assertConfined,
+  buildCreateOptions,
+  CAPABILITIES_KEPT,
+  DEFAULT_PIDS_LIMIT,
+} from './container-config.ts';
 import { specHash } from './labels.ts';
 
 const context = {
@@ -32,6 +37,8 @@ describe('buildCreateOptions', () => {
       volume: { containerPath: '/workspace' },
       restartPolicy: { name: 'on-failure', maxRetries: 3 },
       stopGraceSeconds: 30,
+      accountId: 'acct_1',
+      pidsLimit: 512,
     });
     const options = buildCreateOptions(spec, context);
     expect(options).toEqual({
@@ -52,13 +59,13 @@ describe('buildCreateOptions', () => {
       StopTimeout: 30,
       HostConfig: {
         RestartPolicy: { Name: 'on-failure', MaximumRetryCount: 3 },
-        PortBindings: {
-          '8888/tcp': [
-            { HostIp: '', HostPort: '' },
-            { HostIp: '127.0.0.1', HostPort: '18888' },
-          ],
-          '53/udp': [{ HostIp: '', HostPort: '5353' }],
-        },
+        // Nothing is published on the host: the spec's hostIp/hostPort are not honoured.
+        PortBindings: {},
+        NetworkMode: 'anvil-acct-acct_1',
+        CapDrop: ['ALL'],
+        CapAdd: [...CAPABILITIES_KEPT],
+        SecurityOpt: ['no-new-privileges:true'],
+        PidsLimit: 512,
         NanoCpus: 1_500_000_000,
         Memory: 512 * 1024 * 1024,
         MemorySwap: 512 * 1024 * 1024,
@@ -98,6 +105,50 @@ describe('buildCreateOptions', () => {
     expect(() => buildCreateOptions(spec, context)).toThrow('no download cache');
     const { downloads: _downloads, ...without } = spec;
     expect(specHash(spec, context)).toBe(specHash(without, context));
+  });
+
+  it('publishes ports only on the direct-ports address, from its range, when the operator enables it', () => {
+    const spec = workloadSpec('w5', {
+      ports: [{ containerPort: 8888, protocol: 'tcp', hostPort: 80, hostIp: '0.0.0.0' }],
+    });
+    const direct = { ...context, directPorts: { address: '10.0.0.5', first: 30000, last: 30099 } };
+    expect(buildCreateOptions(spec, direct).HostConfig?.PortBindings).toEqual({
+      '8888/tcp': [{ HostIp: '10.0.0.5', HostPort: '30000-30099' }],
+    });
+    expect(buildCreateOptions(spec, context).HostConfig?.PortBindings).toEqual({});
+    expect(specHash(spec, direct)).not.toBe(specHash(spec, context));
+  });
+
+  it('leaves a workload without an account (an older control plane) on the default bridge, with the default PID limit', () => {
+    const options = buildCreateOptions(workloadSpec('w6'), context);
+    expect(options.HostConfig?.NetworkMode).toBe('bridge');
+    expect(options.HostConfig?.PidsLimit).toBe(DEFAULT_PIDS_LIMIT);
+  });
+
+  it('refuses a create body that would reach onto the host', () => {
+    const good = buildCreateOptions(workloadSpec('w7', { volume: { containerPath: '/workspace' } }), context);
+    const roots = { volumeRoot: context.volumeRoot };
+    const withHost = (extra: object) => ({ ...good, HostConfig: { ...good.HostConfig, ...extra } });
+    expect(() => assertConfined(good, roots)).not.toThrow();
+    expect(() => assertConfined(withHost({ Privileged: true }), roots)).toThrow('privileged');
+    expect(() => assertConfined(withHost({ NetworkMode: 'host' }), roots)).toThrow('network mode');
+    expect(() => assertConfined(withHost({ NetworkMode: 'container:abc' }), roots)).toThrow('network mode');
+    expect(() => assertConfined(withHost({ PidMode: 'host' }), roots)).toThrow('PID mode');
+    expect(() => assertConfined(withHost({ IpcMode: 'host' }), roots)).toThrow('IPC mode');
+    expect(() => assertConfined(withHost({ CapAdd: ['SYS_ADMIN'] }), roots)).toThrow('SYS_ADMIN');
+    expect(() => assertConfined(withHost({ CapDrop: [] }), roots)).toThrow('capabilities not dropped');
+    expect(() => assertConfined(withHost({ SecurityOpt: [] }), roots)).toThrow('no-new-privileges');
+    expect(() => assertConfined(withHost({ PidsLimit: 0 }), roots)).toThrow('PID limit');
+    expect(() => assertConfined(withHost({ Binds: ['/etc:/host-etc'] }), roots)).toThrow('/etc');
+    expect(() =>
+      assertConfined(withHost({ Binds: ['/var/lib/anvil/volumes/../../../etc:/x'] }), roots),
+    ).toThrow('outside');
+    expect(() => assertConfined(withHost({ Binds: ['/var/lib/anvil/volumes:/all'] }), roots)).toThrow(
+      'outside',
+    );
+    expect(() =>
+      assertConfined(withHost({ PortBindings: { '80/tcp': [{ HostIp: '', HostPort: '' }] } }), roots),
+    ).toThrow('every address');
   });
 
   it('keeps the image command when the spec gives none', () => {

@@ -1,8 +1,33 @@
-import { join } from 'node:path';
+import { join, resolve, sep } from 'node:path';
 import type { WorkloadSpec } from '@anvil/shared/protocol';
 import type { ContainerCreateOptions } from 'dockerode';
+import { networkNameOf, UNISOLATED_NETWORK } from '../network/account-networks.ts';
 import { downloadPath } from '../reconcile/download-cache.ts';
 import { containerName, isOwnLabel, LABELS, type SpecContext } from './labels.ts';
+
+/**
+ * The capabilities a container keeps; every other one (Docker's defaults included: NET_RAW, MKNOD,
+ * SETFCAP, SETPCAP, SYS_CHROOT, AUDIT_WRITE, FSETID) is dropped. What an ordinary image run as root needs:
+ * - CHOWN, FOWNER: package managers and archive extraction set owners, modes and times of files;
+ * - DAC_OVERRIDE: root reading and writing files it does not own (most images assume it can);
+ * - SETUID, SETGID: dropping to another user (gosu/su, apt's _apt sandbox, servers that switch users);
+ * - KILL: signalling processes of another user inside the container (supervisors, init);
+ * - NET_BIND_SERVICE: servers on ports below 1024 (nginx on 80, sshd on 22).
+ * NET_RAW goes (raw sockets forge packets and ARP on the bridge); with no-new-privileges, setuid binaries
+ * gain nothing either.
+ */
+export const CAPABILITIES_KEPT = [
+  'CHOWN',
+  'DAC_OVERRIDE',
+  'FOWNER',
+  'SETUID',
+  'SETGID',
+  'KILL',
+  'NET_BIND_SERVICE',
+] as const;
+
+/** Processes (threads included) a container may hold when its spec names no limit: a fork bomb stops here. */
+export const DEFAULT_PIDS_LIMIT = 4096;
 
 /** Where a workload's volume lives on the host. */
 export function volumeDir(volumeRoot: string, workloadId: string): string {
@@ -40,16 +65,15 @@ export function buildCreateOptions(
 
   const exposedPorts: Record<string, object> = {};
   const portBindings: Record<string, { HostIp: string; HostPort: string }[]> = {};
+  const direct = context.directPorts ?? null;
   for (const port of spec.ports) {
     const key = `${port.containerPort}/${port.protocol}`;
     exposedPorts[key] = {};
-    // An empty HostPort asks Docker for a free one; the chosen port is read back by inspect.
-    const bindings = portBindings[key] ?? [];
-    portBindings[key] = bindings;
-    bindings.push({
-      HostIp: port.hostIp ?? '',
-      HostPort: port.hostPort ? String(port.hostPort) : '',
-    });
+    // Customers reach ports through the proxy, SSH -L and tunnels (to the container's address). Only an
+    // operator's direct-ports address publishes them, on a port Docker picks from the range and that
+    // inspect reads back; the spec's own hostIp/hostPort are not honoured.
+    if (!direct) continue;
+    portBindings[key] = [{ HostIp: direct.address, HostPort: `${direct.first}-${direct.last}` }];
   }
 
   const hostConfig: NonNullable<ContainerCreateOptions['HostConfig']> = {
@@ -58,6 +82,11 @@ export function buildCreateOptions(
       MaximumRetryCount: spec.restartPolicy.name === 'on-failure' ? spec.restartPolicy.maxRetries : 0,
     },
     PortBindings: portBindings,
+    NetworkMode: networkNameOf(spec) ?? UNISOLATED_NETWORK,
+    CapDrop: ['ALL'],
+    CapAdd: [...CAPABILITIES_KEPT],
+    SecurityOpt: ['no-new-privileges:true'],
+    PidsLimit: spec.pidsLimit ?? DEFAULT_PIDS_LIMIT,
   };
   if (spec.cpus !== null) hostConfig.NanoCpus = Math.round(spec.cpus * 1e9);
   if (spec.memoryBytes !== null) {
@@ -66,6 +95,8 @@ export function buildCreateOptions(
     hostConfig.MemorySwap = spec.memoryBytes;
   }
   if (spec.shmBytes !== null) hostConfig.ShmSize = spec.shmBytes;
+  // The writable layer alone can never exceed the workload's whole disk; the volume is measured (metrics).
+  if (context.storageQuota && spec.diskBytes) hostConfig.StorageOpt = { size: String(spec.diskBytes) };
   const binds: string[] = [];
   if (spec.volume)
     binds.push(`${volumeDir(context.volumeRoot, spec.workloadId)}:${spec.volume.containerPath}`);
@@ -93,5 +124,60 @@ export function buildCreateOptions(
   };
   if (spec.command) options.Cmd = spec.command;
   if (spec.entrypoint) options.Entrypoint = spec.entrypoint;
+  assertConfined(options, context);
   return options;
+}
+
+function within(root: string, path: string): boolean {
+  const base = resolve(root);
+  const full = resolve(path);
+  return full === base || full.startsWith(`${base}${sep}`);
+}
+
+/**
+ * The last word before Docker sees a create body: nothing in it may widen a container's reach onto the
+ * host, whatever a spec (or a future change to this file) asks. Throws rather than repairs.
+ */
+export function assertConfined(
+  options: ContainerCreateOptions,
+  context: Pick<SpecContext, 'volumeRoot' | 'downloadRoot'>,
+): void {
+  const host = options.HostConfig ?? {};
+  const refuse = (why: string) => {
+    throw new Error(`refusing to create ${options.name ?? 'a container'}: ${why}`);
+  };
+  if (host.Privileged) refuse('privileged mode');
+  const network = host.NetworkMode ?? '';
+  if (!network.startsWith('anvil-acct-') && network !== UNISOLATED_NETWORK)
+    refuse(`network mode ${JSON.stringify(network)} is neither an account network nor the default bridge`);
+  for (const [mode, value] of [
+    ['PID', host.PidMode],
+    ['IPC', host.IpcMode],
+    ['UTS', host.UTSMode],
+    ['user namespace', host.UsernsMode],
+  ] as const) {
+    if (value === 'host' || (typeof value === 'string' && value.startsWith('container:')))
+      refuse(`${mode} mode ${value}`);
+  }
+  if (!host.CapDrop?.includes('ALL')) refuse('capabilities not dropped');
+  const extra = (host.CapAdd ?? []).filter(
+    (c: string) => !(CAPABILITIES_KEPT as readonly string[]).includes(c),
+  );
+  if (extra.length > 0) refuse(`capabilities ${extra.join(', ')}`);
+  if (!host.SecurityOpt?.includes('no-new-privileges:true')) refuse('no-new-privileges missing');
+  if (!host.PidsLimit || host.PidsLimit <= 0) refuse('no PID limit');
+  if ((host.Devices ?? []).length > 0) refuse('host devices');
+  if ((host.Mounts ?? []).length > 0 || (host.VolumesFrom ?? []).length > 0) refuse('mounts outside Binds');
+  for (const bind of host.Binds ?? []) {
+    const source = bind.split(':')[0] ?? '';
+    const roots = [context.volumeRoot, context.downloadRoot].filter((r): r is string => !!r);
+    if (!roots.some((root) => within(root, source) && resolve(source) !== resolve(root)))
+      refuse(`host path ${source} is outside the agent's volume and download directories`);
+  }
+  for (const bindings of Object.values(host.PortBindings ?? {})) {
+    for (const b of bindings as { HostIp?: string }[]) {
+      if (!b.HostIp || b.HostIp === '0.0.0.0' || b.HostIp === '::')
+        refuse('a port published on every address');
+    }
+  }
 }

@@ -35,6 +35,19 @@ export interface SpecContext {
   /** The download cache (WorkloadDownload files, one per SHA-256); needed only by specs with downloads. */
   downloadRoot?: string;
   gpuMode: GpuMode;
+  /**
+   * Operator opt-in (ANVIL_DIRECT_PORTS_ADDRESS): workload ports are published on this address only, on a
+   * port Docker picks from [first, last]. Absent or null: nothing is published on the host's interfaces.
+   */
+  directPorts?: DirectPorts | null;
+  /** The engine bounds writable layers: diskBytes becomes `--storage-opt size`. */
+  storageQuota?: boolean;
+}
+
+export interface DirectPorts {
+  address: string;
+  first: number;
+  last: number;
 }
 
 function canonical(value: unknown): unknown {
@@ -55,7 +68,10 @@ function canonical(value: unknown): unknown {
  * the container at its next start instead of recreating it, and the hash (a label anyone can read)
  * says nothing about secret values. Key order is normalised so equal specs hash equal whatever their JSON.
  */
-export function specHash(spec: WorkloadSpec, context: Pick<SpecContext, 'volumeRoot' | 'gpuMode'>): string {
+export function specHash(
+  spec: WorkloadSpec,
+  context: Pick<SpecContext, 'volumeRoot' | 'gpuMode' | 'directPorts'>,
+): string {
   const {
     stopGraceSeconds: _ignored,
     secretEnv: _env,
@@ -63,6 +79,10 @@ export function specHash(spec: WorkloadSpec, context: Pick<SpecContext, 'volumeR
     downloads: _downloads,
     ...shape
   } = spec;
-  const text = JSON.stringify(canonical({ shape, volumeRoot: context.volumeRoot, gpuMode: context.gpuMode }));
+  // Direct ports count only when set, so hashes of containers made before the option existed hold.
+  const ports = context.directPorts ? { directPorts: context.directPorts } : {};
+  const text = JSON.stringify(
+    canonical({ shape, volumeRoot: context.volumeRoot, gpuMode: context.gpuMode, ...ports }),
+  );
   return createHash('sha256').update(text).digest('hex').slice(0, 16);
 }

@@ -58,6 +58,8 @@ export interface ContainerRuntime {
   /** Multiplexed stdout/stderr with timestamps, following until the container stops. */
   followLogs(id: string, sinceSeconds: number): Promise<NodeJS.ReadableStream>;
   stats(id: string): Promise<ContainerStats | null>;
+  /** Bytes in the container's writable layer (`docker inspect --size`: SizeRw); null when gone or unknown. */
+  layerBytes?(id: string): Promise<number | null>;
   /** Events about the Anvil containers of host `hostId`. */
   events(signal: AbortSignal, hostId: string): AsyncGenerator<ContainerEvent>;
   /** Sends `signal` to a running container; false when it is not running (optional: test doubles may omit it). */
@@ -222,8 +224,9 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
         return container.id;
       } catch (err) {
         if (isConflict(err)) throw new NameConflictError(name);
-        // Only the image can be missing here: the create body names no network or volume Docker must find.
-        if (isNotFound(err)) throw new ImageMissingError(spec.image);
+        // The create body names an image and the account network (ensured just before): a missing network
+        // is a plain failure, retried; only a missing image is pulled.
+        if (isNotFound(err) && !/network/i.test(dockerMessage(err))) throw new ImageMissingError(spec.image);
         throw new Error(`create container ${name}: ${dockerMessage(err)}`, { cause: err });
       }
     },
@@ -303,6 +306,18 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
       } catch (err) {
         if (isNotFound(err)) return null;
         throw new Error(`stats of ${id}: ${dockerMessage(err)}`, { cause: err });
+      }
+    },
+
+    async layerBytes(id) {
+      try {
+        // dockerode passes the option as the query (?size=true); its types do not list it.
+        const inspect = docker.getContainer(id).inspect as (options: object) => Promise<{ SizeRw?: number }>;
+        const details = await inspect.call(docker.getContainer(id), { size: true });
+        return typeof details.SizeRw === 'number' ? details.SizeRw : null;
+      } catch (err) {
+        if (isNotFound(err)) return null;
+        throw new Error(`size of ${id}: ${dockerMessage(err)}`, { cause: err });
       }
     },
 

@@ -7,6 +7,14 @@ import type { GpuProvider } from '../gpu/provider.ts';
 import type { HostProvider } from '../host/provider.ts';
 import type { RunningContainer } from '../reconcile/reconciler.ts';
 import { ContainerStatsReader, dockerIsLocal } from './container-reader.ts';
+import type { DiskMeter } from './disk-usage.ts';
+
+/** Disk figures for the container metrics: the meter and what it needs to know of each workload. */
+export interface SamplerDisk {
+  meter: DiskMeter;
+  volumeDirOf: (workloadId: string) => string | null;
+  limitOf: (workloadId: string) => number | null;
+}
 
 export interface MetricsSamplerOptions {
   host: HostProvider;
@@ -17,6 +25,7 @@ export interface MetricsSamplerOptions {
   logger: Logger;
   /** Samples kept while they cannot be sent; the oldest go first and are counted. */
   maxSamples: number;
+  disk?: SamplerDisk | null;
 }
 
 /**
@@ -103,7 +112,18 @@ export class MetricsSampler {
       }),
       this.#containers.read(this.#o.running()),
     ]);
-    return { at, host: hostSample, gpus, containers };
+    const disk = this.#o.disk;
+    if (!disk) return { at, host: hostSample, gpus, containers };
+    // In the background: a volume walk must not delay the sample; its figures show in the next ones.
+    disk.meter
+      .measure(this.#o.running().map((r) => ({ ...r, volumeDir: disk.volumeDirOf(r.workloadId) })))
+      .catch((err: unknown) => logger.debug({ err: errorMessage(err) }, 'disk measure failed'));
+    const withDisk = containers.map((c) => ({
+      ...c,
+      diskUsedBytes: disk.meter.usage(c.workloadId)?.usedBytes ?? null,
+      diskLimitBytes: disk.limitOf(c.workloadId),
+    }));
+    return { at, host: hostSample, gpus, containers: withDisk };
   }
 
   #trim(): void {

@@ -3,9 +3,11 @@ import type { WorkloadPhase, WorkloadSpec, WorkloadStatus } from '@anvil/shared/
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
 import { ImageMissingError, NameConflictError } from '../docker/errors.ts';
-import { type GpuMode, type SpecContext, specHash } from '../docker/labels.ts';
+import { type DirectPorts, type GpuMode, type SpecContext, specHash } from '../docker/labels.ts';
 import type { ContainerRuntime, ManagedContainer } from '../docker/runtime.ts';
 import { errorMessage } from '../errors.ts';
+import { type DiskUsage, overQuotaReason } from '../metrics/disk-usage.ts';
+import { networkNameOf } from '../network/account-networks.ts';
 import { DownloadCache, type DownloadRequester } from './download-cache.ts';
 import { ImagePuller, type PullReport } from './image-puller.ts';
 import { statusFromInspect, statusWithoutContainer } from './status.ts';
@@ -49,6 +51,23 @@ export interface ReconcilerOptions {
   passRetryMs?: number;
   /** After every completed pass: the agent re-syncs log followers to what runs. */
   onPass?: () => void;
+  /**
+   * The account networks (AccountNetworks): ensured before containers are created, pruned after the
+   * last container of one goes. Absent (unit tests with a fake runtime): networks are not managed.
+   */
+  networks?: WorkloadNetworks | null;
+  /** The operator's direct-ports address and range (ANVIL_DIRECT_PORTS_ADDRESS); null: none published. */
+  directPorts?: DirectPorts | null;
+  /** Whether the engine bounds writable layers (`--storage-opt size`, see storage-quota.ts). */
+  storageQuota?: boolean;
+  /** The last disk measure of a workload (DiskMeter); absent: disk is not reported. */
+  diskUsage?: (workloadId: string) => DiskUsage | null;
+}
+
+/** What the reconciler needs of the account networks. */
+export interface WorkloadNetworks {
+  ensure(names: ReadonlySet<string>): Promise<void>;
+  prune(keep: ReadonlySet<string>): Promise<void>;
 }
 
 /** The running container Docker lists for a workload, for log following and stats. */
@@ -73,8 +92,19 @@ function byPreference(a: ManagedContainer, b: ManagedContainer): number {
  * because it has not yet heard from the control plane.
  */
 export class Reconciler {
-  readonly #o: Required<Omit<ReconcilerOptions, 'onPass' | 'downloadRoot' | 'requestDownload'>> &
-    Pick<ReconcilerOptions, 'onPass'>;
+  readonly #o: Required<
+    Omit<
+      ReconcilerOptions,
+      | 'onPass'
+      | 'downloadRoot'
+      | 'requestDownload'
+      | 'networks'
+      | 'directPorts'
+      | 'storageQuota'
+      | 'diskUsage'
+    >
+  > &
+    Pick<ReconcilerOptions, 'onPass' | 'networks' | 'diskUsage'>;
   readonly #context: SpecContext;
   readonly #puller: ImagePuller;
   readonly #downloads: DownloadCache;
@@ -105,6 +135,8 @@ export class Reconciler {
       volumeRoot: options.volumeRoot,
       downloadRoot,
       gpuMode: options.gpuMode,
+      directPorts: options.directPorts ?? null,
+      storageQuota: options.storageQuota ?? false,
     };
     this.#downloads = new DownloadCache(downloadRoot, {
       request: options.requestDownload ?? null,
@@ -133,6 +165,11 @@ export class Reconciler {
       return status ? [status] : [];
     });
     return { generation: this.#generation, workloads };
+  }
+
+  /** The desired spec of a workload, or null when it is not desired. */
+  specOf(workloadId: string): WorkloadSpec | null {
+    return this.#desired?.find((s) => s.workloadId === workloadId) ?? null;
   }
 
   /** Running Anvil containers of this host as of the last pass, desired or not yet removed. */
@@ -230,12 +267,18 @@ export class Reconciler {
       const wanted = new Set(desired.map((s) => s.workloadId));
       const unwanted = containers.filter((c) => !wanted.has(c.workloadId));
       await Promise.all(unwanted.map((c) => this.#removeContainer(c, 'not desired')));
+      const networks = new Set(desired.flatMap((s) => networkNameOf(s) ?? []));
+      // Fenced networks first: no container is created on a network whose rules are not in place.
+      await this.#o.networks?.ensure(networks);
       const results = await Promise.all(
-        desired.map((spec) => this.#converge(spec, groups.get(spec.workloadId) ?? [])),
+        desired.map(async (spec) =>
+          this.#withDisk(spec, await this.#converge(spec, groups.get(spec.workloadId) ?? [])),
+        ),
       );
       // Record every status (map, not some: each one must be stored and may emit its own event).
       const changed = results.map((status) => this.#record(status)).includes(true);
       await this.#downloads.prune(new Set(desired.flatMap((s) => (s.downloads ?? []).map((d) => d.sha256))));
+      await this.#o.networks?.prune(networks);
       // The desired set may have been replaced while this pass ran; report only a consistent one.
       if (this.#desired === desired && (changed || generation !== this.#reportedGeneration)) {
         this.#reportedGeneration = generation;
@@ -248,6 +291,22 @@ export class Reconciler {
       .map((c) => ({ containerId: c.id, workloadId: c.workloadId }));
     this.#existing = new Set(after.map((c) => c.id));
     this.#o.onPass?.();
+  }
+
+  /**
+   * A running workload's last disk measure and bound; over the bound, the error says so (the phase stays
+   * running: where the engine cannot bound the disk, the measure is all there is, and the customer decides).
+   */
+  #withDisk(spec: WorkloadSpec, status: WorkloadStatus): WorkloadStatus {
+    if (!this.#o.diskUsage || status.phase !== 'running') return status;
+    const usage = this.#o.diskUsage(spec.workloadId);
+    const limit = spec.diskBytes ?? null;
+    return {
+      ...status,
+      diskUsedBytes: usage?.usedBytes ?? null,
+      diskLimitBytes: limit,
+      error: status.error ?? overQuotaReason(usage, limit),
+    };
   }
 
   /** Store a status; emit container_state when it differs from the last one. True when it changed. */
@@ -358,6 +417,11 @@ export class Reconciler {
           throw err;
         }
         logger.info({ workloadId: id, containerId }, 'container created');
+        if (!spec.accountId)
+          logger.warn(
+            { workloadId: id },
+            'workload names no account: it runs on the default bridge, not isolated',
+          );
         this.#changes += 1;
         await runtime.start(containerId);
         this.#failures.delete(id);

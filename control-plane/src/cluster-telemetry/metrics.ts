@@ -278,10 +278,13 @@ export class ClusterMetricsService {
         if (a === undefined || b === undefined || seconds <= 0 || b < a) return null;
         return round((b - a) / seconds, 1);
       };
+      // Measured by the agent (writable layer plus volume) against the workload's storage_gb.
+      const used = typeof cData['diskUsedBytes'] === 'number' ? cData['diskUsedBytes'] : null;
+      const total = typeof cData['diskLimitBytes'] === 'number' ? cData['diskLimitBytes'] : null;
       data['storage'] = {
-        disk_used: null,
-        disk_total: null,
-        utilization_percent: null,
+        disk_used: used,
+        disk_total: total,
+        utilization_percent: used !== null && total ? round((used / total) * 100, 1) : null,
         io_stats: {
           read_bytes_per_sec: rate('blockReadBytes'),
           write_bytes_per_sec: rate('blockWriteBytes'),

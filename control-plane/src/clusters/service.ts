@@ -10,6 +10,7 @@ import type { Fleet } from '../hosts/fleet.ts';
 import { type Allocator, TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { GpuType } from '../scheduler/gpu-types.ts';
 import type { PlacementRequest } from '../scheduler/placement.ts';
+import { requestedLimits } from '../workloads/limits.ts';
 import type { WorkloadSpecInput } from '../workloads/workloads.ts';
 import { ClusterAccess, notFound } from './access.ts';
 import {
@@ -253,8 +254,11 @@ export class ClusterService {
       select: { id: true, actualStatus: true },
     });
     const ports = new Map<string, ActualPorts>();
+    const problems = new Map<string, string>();
     for (const w of workloads) {
       const status = w.actualStatus as WorkloadStatus | null;
+      // A running container's error is the agent's measure of a problem it keeps running with (disk over quota).
+      if (status?.phase === 'running' && status.error) problems.set(w.id, status.error);
       ports.set(
         w.id,
         new Map((status?.ports ?? []).map((p) => [`${p.containerPort}/${p.protocol}`, p.hostPort])),
@@ -268,6 +272,7 @@ export class ClusterService {
           now,
           parts: this.#parts,
           actualPorts: ports.get(cluster.id) ?? new Map(),
+          runningProblem: problems.get(cluster.id) ?? null,
           withMetrics,
         }),
       ),
@@ -648,8 +653,8 @@ export function workloadSpecOf(cluster: Cluster, gpus: { index: number; uuid: st
     },
     labels: { 'anvil.cluster': cluster.id, 'anvil.account': cluster.accountId },
     gpus,
-    cpus: cluster.cpuCores,
-    memoryBytes: cluster.memoryGb * 1024 ** 3,
+    accountId: cluster.accountId,
+    ...requestedLimits(cluster),
     shmBytes: null,
     ports: ports.map((p) => ({
       containerPort: p.internal_port,

@@ -96,6 +96,8 @@ export async function clusterView(
     parts: ClusterViewParts;
     actualPorts: ActualPorts;
     withMetrics: boolean;
+    /** What the agent says is wrong with the running container (over its disk quota), or null. */
+    runningProblem?: string | null;
   },
 ): Promise<ClusterView> {
   const ports = (cluster.ports as unknown as PortRequest[]) ?? [];
@@ -106,7 +108,8 @@ export async function clusterView(
     name: cluster.name,
     description: cluster.description,
     status: cluster.status,
-    status_reason: cluster.statusReason,
+    status_reason:
+      cluster.statusReason ?? (cluster.status === 'running' ? (input.runningProblem ?? null) : null),
     gpu_type: cluster.gpuType,
     gpu_count: cluster.gpuCount,
     cpu_cores: cluster.cpuCores,
@@ -117,8 +120,13 @@ export async function clusterView(
     template_id: cluster.templateId,
     docker_image: cluster.dockerImage,
     ssh_enabled: cluster.sshEnabled,
+    // A port Docker published on the host (direct ports, an operator's opt-in) is reported as it is; without
+    // one, the proxy mapping's port (the <cluster>-<port> alias), or null.
     port_mappings:
-      proxy?.port_mappings ??
+      proxy?.port_mappings.map((m) => ({
+        ...m,
+        external_port: input.actualPorts.get(`${m.internal_port}/${m.protocol}`) ?? m.external_port,
+      })) ??
       ports.map((p) => ({
         internal_port: p.internal_port,
         external_port: input.actualPorts.get(`${p.internal_port}/${p.protocol}`) ?? null,

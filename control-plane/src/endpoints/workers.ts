@@ -12,6 +12,8 @@ import { RESERVATION_COUNTS } from '../scheduler/reservations.ts';
 
 type Tx = Prisma.TransactionClient;
 
+import { workerLimits } from '../workloads/limits.ts';
+
 const specCheck = TypeCompiler.Compile(WorkloadSpec);
 
 export type PlaceOutcome =
@@ -61,8 +63,8 @@ export function workerSpecOf(endpoint: Endpoint, workerId: string, gpus: { index
     },
     labels: { 'anvil.endpoint': endpoint.id, 'anvil.account': endpoint.accountId },
     gpus,
-    cpus: null,
-    memoryBytes: null,
+    accountId: endpoint.accountId,
+    ...workerLimits(endpoint.gpuCount),
     shmBytes: null,
     ports: [],
     volume: null,

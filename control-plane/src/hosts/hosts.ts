@@ -45,6 +45,11 @@ export interface HostSummary {
   cpu: { model: string | null; cores: number | null; threads: number | null };
   memoryBytes: number | null;
   docker: { version: string | null; nvidiaRuntime: boolean; error: string | null };
+  /** What the host can enforce between tenants, as its agent reports it; null from older agents. */
+  isolation: {
+    network: { enforced: boolean; reason: string | null };
+    diskQuota: { enforced: boolean; reason: string | null };
+  } | null;
   workloads: { total: number; running: number; gpusAllocated: number };
   desiredGeneration: number;
   ackedGeneration: number | null;
@@ -152,6 +157,7 @@ function summarise(row: Host, workloads: WorkloadLite[], now: Date): HostSummary
       nvidiaRuntime: inventory?.docker?.nvidiaRuntime ?? false,
       error: inventory?.docker?.error ?? null,
     },
+    isolation: inventory?.isolation ?? null,
     workloads: {
       total: workloads.filter(isActive).length,
       running: running.length,

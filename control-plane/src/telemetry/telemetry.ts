@@ -163,6 +163,8 @@ export function metricRows(hostId: string, sample: MetricSample): MetricRow[] {
     put(data, 'networkTxBytes', c.networkTxBytes);
     put(data, 'blockReadBytes', c.blockReadBytes);
     put(data, 'blockWriteBytes', c.blockWriteBytes);
+    put(data, 'diskUsedBytes', c.diskUsedBytes ?? null);
+    put(data, 'diskLimitBytes', c.diskLimitBytes ?? null);
     rows.push({
       host_id: hostId,
       kind: 'container',

@@ -5,6 +5,7 @@ import type { Database } from '../db/index.ts';
 import type { FleetEvents } from '../hosts/events.ts';
 import { TX_OPTIONS } from '../scheduler/allocator.ts';
 import { lockHost, refreshHost } from '../scheduler/capacity.ts';
+import { workerLimits } from '../workloads/limits.ts';
 import {
   CHECKPOINT_DIR,
   CODE_PATH,
@@ -87,8 +88,8 @@ export function workerSpec(
       'anvil.attempt': String(attempt),
     },
     gpus: worker.gpus,
-    cpus: null,
-    memoryBytes: null,
+    accountId: job.accountId,
+    ...workerLimits(worker.gpus.length),
     shmBytes: null,
     ports: [],
     // Rank 0's volume is the checkpoint directory, kept on its host between attempts.

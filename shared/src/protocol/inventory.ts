@@ -66,6 +66,17 @@ export const DockerInventory = Type.Object({
 });
 export type DockerInventory = Static<typeof DockerInventory>;
 
+/**
+ * What this host can enforce between tenants. `network`: whether the agent's firewall rules (iptables)
+ * are in place; `diskQuota`: whether the engine can bound a container's writable layer
+ * (`--storage-opt size`, overlay2 on xfs with pquota). `reason` says why not, for operators and the scheduler.
+ */
+export const IsolationInventory = Type.Object({
+  network: Type.Object({ enforced: Type.Boolean(), reason: Nullable(Type.String()) }),
+  diskQuota: Type.Object({ enforced: Type.Boolean(), reason: Nullable(Type.String()) }),
+});
+export type IsolationInventory = Static<typeof IsolationInventory>;
+
 export const HostInventory = Type.Object({
   hostname: Type.String(),
   os: OsInventory,
@@ -81,5 +92,7 @@ export const Inventory = Type.Object({
   host: HostInventory,
   gpus: GpuInventory,
   docker: DockerInventory,
+  /** Absent from agents older than tenant isolation. */
+  isolation: Type.Optional(IsolationInventory),
 });
 export type Inventory = Static<typeof Inventory>;

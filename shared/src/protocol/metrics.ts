@@ -65,6 +65,10 @@ export const ContainerMetrics = Type.Object({
   networkTxBytes: Counter,
   blockReadBytes: Counter,
   blockWriteBytes: Counter,
+  /** Writable layer plus volume as last measured (the agent measures each workload every minute or so). */
+  diskUsedBytes: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
+  /** The workload's disk bound (storage_gb); null when it has none. */
+  diskLimitBytes: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
 });
 export type ContainerMetrics = Static<typeof ContainerMetrics>;
 

@@ -85,6 +85,19 @@ export const WorkloadSpec = Type.Object({
    * of the spec hash: a new version reaches the container at its next creation, not by recreating it.
    */
   downloads: Type.Optional(Type.Array(WorkloadDownload, { maxItems: 16 })),
+  /**
+   * The owning account: the agent puts the container on that account's own network on this host
+   * (`anvil-acct-<accountId>`), which no other account's container and none of the host's own addresses
+   * can be reached from. Absent (an older control plane): the workload gets a network of its own.
+   */
+  accountId: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' })),
+  /** Most processes (threads included) the container may hold: a fork bomb stops there. null: the agent's default. */
+  pidsLimit: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+  /**
+   * The workload's disk (storage_gb): its volume plus its writable layer. The agent measures both and
+   * bounds the writable layer where the engine can (see DiskQuotaInventory); over it, the status says so.
+   */
+  diskBytes: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
 });
 export type WorkloadSpec = Static<typeof WorkloadSpec>;
 
@@ -118,6 +131,12 @@ export const WorkloadStatus = Type.Object({
   /** Address on the Docker network, used later for tunnels without host ports. */
   ipAddress: Nullable(Type.String()),
   ports: Type.Array(ActualPort),
+  /**
+   * Disk in use by the workload (writable layer plus volume, bytes) as last measured by the agent, and
+   * its bound (spec.diskBytes); absent or null when not measured yet.
+   */
+  diskUsedBytes: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
+  diskLimitBytes: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
   at: EpochMs,
 });
 export type WorkloadStatus = Static<typeof WorkloadStatus>;

@@ -124,6 +124,21 @@ const HostFields = {
     nvidiaRuntime: Type.Boolean(),
     error: Nullable(Type.String()),
   }),
+  isolation: Nullable(
+    Type.Object(
+      {
+        network: Type.Object({ enforced: Type.Boolean(), reason: Nullable(Type.String()) }),
+        diskQuota: Type.Object({ enforced: Type.Boolean(), reason: Nullable(Type.String()) }),
+      },
+      {
+        description:
+          "Tenant isolation the host enforces (agent's report): network = its iptables rules fence each account's " +
+          'network; diskQuota = the engine bounds writable layers (overlay2 on xfs with pquota). Where not ' +
+          'enforced, reason says why: storage_gb is then measured only, and a host without network ' +
+          'isolation must not be shared between accounts. null: an agent older than tenant isolation.',
+      },
+    ),
+  ),
   workloads: Type.Object(
     { total: Type.Integer(), running: Type.Integer(), gpusAllocated: Type.Integer() },
     { description: 'Allocations: workloads not yet gone, those desired running, and the GPUs they hold' },

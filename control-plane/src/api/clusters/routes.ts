@@ -55,8 +55,11 @@ const CREATE =
   'of that host), so requests arriving later cannot take the GPUs that free there. When no host could ever fit it: 422 ' +
   'INSUFFICIENT_RESOURCES with details {requestedGpuType, availableGpuTypes}. The container gets a volume at ' +
   '/workspace (storage_gb), restart policy "no" (a container that exits puts the cluster in `error` with its ' +
-  'exit code; an image that cannot be pulled does too), CPU and memory limits, and its ports published on ' +
-  'free host ports (port_mappings.external_port). Billing: hourly_rate = price of gpu_type (operator price ' +
+  "exit code; an image that cannot be pulled does too), CPU, memory and PID limits, its account's own " +
+  'network, and no port published on the host: ports are reached through the HTTPS proxy, SSH -L and tunnels, ' +
+  "and port_mappings.external_port is null unless the host's operator enabled direct ports " +
+  '(ANVIL_DIRECT_PORTS_ADDRESS), then it is the port Docker published. storage_gb (volume plus the ' +
+  'container\'s files) is measured; over it, a running cluster\'s status_reason says "disk over quota". Billing: hourly_rate = price of gpu_type (operator price ' +
   'table, GET/PUT /v2/admin/gpu-prices) × gpu_count, fixed at placement; a session opens when the cluster ' +
   'is running and closes at stop, delete, expiry or error; total_cost = closed sessions (usage records) + ' +
   'current_session_cost (hourly_rate × hours since the session opened). expires_at: the cluster is deleted ' +

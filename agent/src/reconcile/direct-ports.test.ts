@@ -1,0 +1,93 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type Dockerode from 'dockerode';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { workloadSpec } from '../../../test/agent/fixtures.ts';
+import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
+import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
+import { systemClock } from '../clock.ts';
+import { createContainerRuntime } from '../docker/runtime.ts';
+import { Reconciler } from './reconciler.ts';
+
+/** The first bytes a TCP server on 127.0.0.1:port sends after a request, or the connection error. */
+function fetchRaw(port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1', () => socket.end('GET / HTTP/1.0\r\n\r\n'));
+    const chunks: Buffer[] = [];
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('close', () => resolve(Buffer.concat(chunks).toString()));
+    socket.on('error', (err) => resolve(String(err)));
+  });
+}
+
+describe.skipIf(!dockerAvailable())(
+  'direct ports (ANVIL_DIRECT_PORTS_ADDRESS) on the real Docker engine',
+  () => {
+    const run = randomBytes(4).toString('hex');
+    const hostId = `host_dp_${run}`;
+    let docker: Dockerode;
+    let volumeRoot: string;
+
+    beforeAll(async () => {
+      docker = testDocker();
+      await ensureBusyboxImage(docker);
+      volumeRoot = await mkdtemp(join(tmpdir(), 'anvil-dp-volumes-'));
+    });
+
+    afterAll(async () => {
+      await removeTestContainers(docker, `anvil.host=${hostId}`);
+      await rm(volumeRoot, { recursive: true, force: true });
+    });
+
+    it('publishes on that address only, from the range, and reports the port Docker published', {
+      timeout: 120_000,
+    }, async () => {
+      const first = 41_000 + (process.pid % 500) * 10;
+      const reconciler = new Reconciler({
+        runtime: createContainerRuntime(docker),
+        hostId,
+        volumeRoot,
+        gpuMode: 'env-only',
+        clock: systemClock,
+        logger: pino({ level: 'silent' }),
+        onContainerState: () => {},
+        onActualState: () => {},
+        onPullProgress: () => {},
+        directPorts: { address: '127.0.0.1', first, last: first + 9 },
+      });
+      const id = `dp-${run}`;
+      reconciler.setDesired(1, [
+        workloadSpec(id, {
+          command: ['sh', '-c', 'mkdir -p /www && echo direct > /www/index.html && httpd -f -p 8080 -h /www'],
+          // What a spec asks for is not honoured: the operator's address and range decide.
+          ports: [{ containerPort: 8080, protocol: 'tcp', hostPort: 80, hostIp: '0.0.0.0' }],
+        }),
+      ]);
+      await reconciler.idle();
+      const status = reconciler.report().workloads[0]!;
+      expect(status.phase).toBe('running');
+      expect(status.ports).toHaveLength(1);
+      const [port] = status.ports;
+      expect(port?.hostIp).toBe('127.0.0.1');
+      expect(port?.hostPort).toBeGreaterThanOrEqual(first);
+      expect(port?.hostPort).toBeLessThanOrEqual(first + 9);
+      const details = await docker.getContainer(status.containerId!).inspect();
+      expect(details.NetworkSettings.Ports['8080/tcp']).toEqual([
+        { HostIp: '127.0.0.1', HostPort: String(port?.hostPort) },
+      ]);
+      let answer = '';
+      for (let i = 0; i < 100 && !answer.includes('direct'); i += 1) {
+        answer = await fetchRaw(port!.hostPort);
+        if (!answer.includes('direct')) await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      expect(answer).toContain('direct');
+      reconciler.setDesired(2, []);
+      await reconciler.idle();
+      reconciler.stop();
+    });
+  },
+);
