@@ -113,6 +113,7 @@ export class ClusterService {
     const now = this.d.clock.now();
     const input = resolveCreate(body, template, now);
     const id = newId('cluster');
+    await this.d.accounts.computeHours.assertBelow(actor, 'clusters');
     // Registering enforces the role's maxClusters and makes the cluster shareable.
     await this.d.accounts.resources.register(actor, { id, name: input.name, type: 'cluster' });
     let created: Cluster;
@@ -342,6 +343,7 @@ export class ClusterService {
     const cluster = await this.access.require(actor, id, 'execute');
     if (cluster.status === 'running' || cluster.status === 'starting' || cluster.status === 'pending')
       return cluster;
+    await this.d.accounts.computeHours.assertBelow(actor, 'clusters');
     if (cluster.status !== 'stopped' && cluster.status !== 'error') {
       throw invalidState(
         cluster,
