@@ -332,6 +332,8 @@ describe('cluster templates API', () => {
       ports: [{ internal_port: 8080, protocol: 'udp', description: 'x' }],
       startupScript: 'echo ready',
       defaults: { gpu_type: 'H100', gpu_count: 2, cpu_cores: 16, memory_gb: 64, storage_gb: 200 },
+      limits: { min: {}, max: {} },
+      gpuTypes: [],
     });
     const official = await t.context.templates.resolveForCluster(stranger.accountId, 'tmpl_official_tgi');
     expect(official.env).toEqual({ MODEL_ID: 'HuggingFaceH4/zephyr-7b-beta' });
@@ -497,5 +499,43 @@ describe('creating clusters from templates', () => {
     expect(stats).toMatchObject({ total_deployments: 1, active_clusters: 0, average_rating: null });
     const sorted = (await call(t, { url: `${BASE}?sort_by=usage_count` })).json().data.templates;
     expect(sorted[0].id).toBe(id);
+  });
+
+  it('keeps clusters made from a template within its resource_limits and compatibility.gpu_types', async () => {
+    const base = await t.app.listen({ host: '127.0.0.1', port: 0 });
+    const post = async (path: string, body: unknown) => {
+      const res = await fetch(`${base}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${t.ownerKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return { status: res.status, body: (await res.json()) as { data?: { id: string }; error?: unknown } };
+    };
+    const template = await post(
+      BASE,
+      minimal('Bounded', {
+        min_resources: { gpu_count: 1, memory_gb: 32 },
+        max_resources: { gpu_count: 2, memory_gb: 128 },
+        compatibility: { gpu_types: ['H100', 'A100'] },
+      }),
+    );
+    expect(template.status, JSON.stringify(template.body)).toBe(201);
+    const id = template.body.data!.id;
+    const cases: [Record<string, unknown>, string, string][] = [
+      [{ gpu_count: 4 }, 'gpu_count', 'must be at most 2'],
+      [{ memory_gb: 16 }, 'memory_gb', 'must be at least 32'],
+      [{ gpu_type: 'T4' }, 'gpu_type', 'H100, A100'],
+    ];
+    for (const [extra, field, reason] of cases) {
+      const refused = await post('/v1/clusters', { name: `bounded-${field}`, template_id: id, ...extra });
+      expect(refused.status, field).toBe(400);
+      expect(refused.body.error).toMatchObject({
+        code: 'VALIDATION_ERROR',
+        details: { field, reason: expect.stringContaining(reason) },
+      });
+    }
+    expect(await t.context.db.prisma.cluster.count({ where: { name: { startsWith: 'bounded-' } } })).toBe(0);
+    const fits = await post('/v1/clusters', { name: 'bounded-ok', template_id: id, gpu_count: 1 });
+    expect(fits.status, JSON.stringify(fits.body)).toBe(201);
   });
 });
