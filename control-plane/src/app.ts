@@ -37,6 +37,7 @@ import { installOpenApi } from './http/openapi.ts';
 import { requestIdFor } from './http/request-id.ts';
 import { installRequestLog } from './http/request-log.ts';
 import { deferredChildLogger } from './http/request-logger.ts';
+import { installSensitiveGuard } from './http/sensitive.ts';
 import { installTextGuard } from './http/text-guard.ts';
 import { buildSerializer, buildValidator } from './http/validation.ts';
 import { invitePageRoutes } from './invite-page/routes.ts';
@@ -93,6 +94,8 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   installTextGuard(app);
   // Key (401), then rate limit (429, headers on everything after), then permissions (403).
   installRequestGuard(app, context.keys, context.rateLimits, context.accounts.ipPolicy);
+  // Sensitive routes (config.sensitive) need a two-factor code where two-factor applies to the caller.
+  installSensitiveGuard(app, context.accounts.twoFactor.gate);
   installRequestLog(app, context.requestLog, context.clock);
   installActivityTracking(app, context.accounts.activity);
   installHttpMetrics(app, context.fleet.metrics);

@@ -38,6 +38,13 @@ export const ERROR_STATUS = {
   NOT_SUPPORTED: 400,
   /** Not in the spec: the caller's address is outside the account's security.api_access.ip_whitelist. */
   IP_NOT_ALLOWED: 403,
+  // Two-factor authentication (not in the spec, which names security.two_factor without its checks).
+  /** A sensitive operation without a code in X-Anvil-OTP while two-factor applies to the caller. */
+  OTP_REQUIRED: 401,
+  /** A two-factor code that is wrong, expired, or already used. */
+  OTP_INVALID: 401,
+  /** The account requires two-factor and the caller has not enrolled yet. */
+  OTP_ENROLMENT_REQUIRED: 403,
   /** Not in the spec: a role limitation (maxApiKeys, maxClusters, ...) or settings limit is reached. */
   LIMIT_EXCEEDED: 403,
   MEMBER_NOT_FOUND: 404,

@@ -352,4 +352,52 @@ describe.skipIf(!dockerAvailable())('serverless endpoints with a real agent and 
     );
     expect(capacity.length).toBeGreaterThan(0);
   });
+
+  it('an endpoint whose workers keep failing turns error and sends endpoint.failed', {
+    timeout: 300_000,
+  }, async () => {
+    const hook = await put('/v2/accounts/settings/notifications', {
+      webhook: {
+        enabled: true,
+        url: `${hooks.url}/account`,
+        secret: 'ep-failed-secret',
+        events: ['endpoint.failed'],
+      },
+    });
+    expect(hook.status, JSON.stringify(hook.body)).toBe(200);
+    const created = await api('POST', '/v2/endpoints', {
+      name: 'broken',
+      image: BUSYBOX_IMAGE,
+      command: ['sh', '-c', 'exit 3'],
+      gpuType: 'H100',
+      configuration: { workerCount: 1 },
+    });
+    expect(created.status, created.text).toBe(201);
+    const broken = created.body.id as string;
+    const failed = await waitFor(
+      'endpoint error',
+      async () => {
+        const e = await endpoint(broken);
+        return e.status === 'error' ? e : null;
+      },
+      240_000,
+    );
+    expect(failed.statusReason).toContain('exited with code 3');
+    const event = await waitFor(
+      'endpoint.failed delivered',
+      async () => {
+        await f.cp.context.accounts.outbox.drain();
+        return hooks.requests.find((r) => r.headers['x-anvil-event'] === 'endpoint.failed') ?? null;
+      },
+      60_000,
+    );
+    const body = JSON.parse(event.body);
+    expect(body).toMatchObject({
+      type: 'endpoint.failed',
+      data: { endpoint_id: broken, name: 'broken', status: 'error', failed_workers: 3 },
+    });
+    expect(body.data.reason).toContain('exited with code 3');
+    expect(hooks.requests.filter((r) => r.headers['x-anvil-event'] === 'endpoint.failed')).toHaveLength(1);
+    expect((await api('DELETE', `/v2/endpoints/${broken}`)).status).toBe(200);
+  });
 });

@@ -4,11 +4,15 @@ import { AccessControl } from '../auth/access.ts';
 import type { ApiKeyService } from '../auth/api-keys.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { KeyResolver } from '../auth/key-resolver.ts';
+import { TwoFactorEnrolments } from '../auth/two-factor/enrolments.ts';
+import { TwoFactorGate } from '../auth/two-factor/gate.ts';
 import type { Config } from '../config.ts';
 import { loadSecretBox, type SecretBox, type SecretKeySource } from '../crypto/secret-box.ts';
 import type { Database } from '../db/index.ts';
+import { UsageRecords } from '../usage/records.ts';
 import { ActivityTracker } from './activity.ts';
 import { AuditLog } from './audit.ts';
+import { ComputeHoursLimit } from './compute-hours.ts';
 import { RoleService } from './custom-roles.ts';
 import { GrantService } from './grants.ts';
 import { InvitationService } from './invitations.ts';
@@ -36,6 +40,10 @@ export interface AccountServices {
   settings: SettingsService;
   /** security.api_access.ip_whitelist as the API guard, proxy, SSH relay and terminal enforce it. */
   ipPolicy: AccountIpPolicy;
+  /** The role limitation maxComputeHours: GPU-hours used this month and the check before new placement. */
+  computeHours: ComputeHoursLimit;
+  /** Members' TOTP enrolments and the check sensitive routes make (security.two_factor). */
+  twoFactor: { enrolments: TwoFactorEnrolments; gate: TwoFactorGate };
   notifier: Notifier;
   /** Webhook events recorded with the changes they report, delivered with retries. */
   outbox: WebhookOutbox;
@@ -76,6 +84,7 @@ export function createAccountServices(deps: {
     clock,
   });
   const ipPolicy = new AccountIpPolicy(db);
+  const enrolments = new TwoFactorEnrolments({ db, clock, secrets: () => load().box, issuer: 'Anvil' });
   const settings = new SettingsService({
     db,
     clock,
@@ -84,7 +93,15 @@ export function createAccountServices(deps: {
     notifier,
     secrets: () => load().box,
     ipPolicy,
+    twoFactor: enrolments,
   });
+  const twoFactor = {
+    enrolments,
+    gate: new TwoFactorGate({
+      enrolments,
+      accountRequires: async (accountId) => settings.twoFactorRequired(accountId),
+    }),
+  };
   apiKeys.setPolicy(new MemberKeyPolicy(db, clock, access, settings));
   const outbox = new WebhookOutbox({
     db,
@@ -101,6 +118,8 @@ export function createAccountServices(deps: {
     outbox,
     settings,
     ipPolicy,
+    twoFactor,
+    computeHours: new ComputeHoursLimit({ records: new UsageRecords(db), clock, access }),
     resources: new ResourceDirectory(db, clock, access, activity),
     roles: new RoleService(db, clock, access, audit, keys, revocations),
     grants: new GrantService(db, clock, access, audit, revocations),
@@ -136,6 +155,8 @@ export function createAccountServices(deps: {
         const resealed = await settings.reseal();
         if (resealed > 0)
           logger.info({ accounts: resealed }, 'settings secrets re-sealed under the current key');
+        const members = await enrolments.reseal();
+        if (members > 0) logger.info({ members }, 'two-factor secrets re-sealed under the current key');
       }
       await audit.prune();
       pruneTimer = setInterval(() => {

@@ -91,9 +91,11 @@ export const NotificationsSection = o({
         'also carries occurred_at, sequence (increasing in commit order for changes of one cluster or ' +
         'member: drop an event older than one already seen) and attempt — and `cluster.stopped` (on a stop ' +
         'with notify_users; result kept in the stop operation) and `cost.threshold_exceeded` (usage ' +
-        'alerts), sent once when they happen. `endpoint.failed`, `training.completed`, `training.failed` ' +
-        'and `security.alert` are accepted for subscriptions but not sent by this version, which has no ' +
-        'serverless endpoints, training runs or security detectors.',
+        'alerts), sent once when they happen. `endpoint.failed` (endpoint_id, name, status error, ' +
+        'previous_status, reason, failed_workers) is written with the change when a serverless endpoint ' +
+        'enters status error (its last workers failed in a row and none is ready), delivered and retried as ' +
+        'the first three. `training.completed`, `training.failed` and `security.alert` are accepted for ' +
+        'subscriptions but not sent by this version.',
     }),
     secret: Nullable(
       Type.String({

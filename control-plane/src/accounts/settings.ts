@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { ApiError, type KeyScope } from '@anvil/shared';
 import { Ajv, type ValidateFunction } from 'ajv';
 import addFormats from 'ajv-formats';
@@ -151,6 +150,11 @@ export class SettingsService {
       notifier: Notifier;
       secrets: () => SecretBox;
       ipPolicy: AccountIpPolicy;
+      /** Members' two-factor enrolments: turning two_factor on needs the caller enrolled. */
+      twoFactor: {
+        confirmed(userId: string): Promise<boolean>;
+        status(userId: string): Promise<{ backupCodesRemaining: number }>;
+      };
     },
   ) {
     const ajv = addFormats.default(
@@ -267,7 +271,8 @@ export class SettingsService {
     const settings: Json = {};
     const restricted: string[] = [];
     for (const name of SECTION_NAMES) {
-      if (this.readable(member, actor, name)) settings[name] = this.masked(all[name], name);
+      if (this.readable(member, actor, name))
+        settings[name] = await this.withOwnBackupCodes(member, name, this.masked(all[name], name));
       else restricted.push(name);
     }
     return { settings, restricted, updatedAt: updatedAt ? updatedAt.toISOString() : null };
@@ -276,7 +281,32 @@ export class SettingsService {
   async getSection(actor: Actor, section: SectionName) {
     const member = await this.requireRead(actor, section);
     const all = await this.effective(member.accountId);
-    return this.masked(all[section], section);
+    return this.withOwnBackupCodes(member, section, this.masked(all[section], section));
+  }
+
+  /** security.two_factor.backup_codes reads as the caller's own unused codes, masked. */
+  private async withOwnBackupCodes(member: MemberAccess, section: SectionName, view: Json): Promise<Json> {
+    if (section !== 'security' || !isObject(view['two_factor'])) return view;
+    const { backupCodesRemaining } = await this.deps.twoFactor.status(member.userId);
+    (view['two_factor'] as Json)['backup_codes'] = Array(backupCodesRemaining).fill(MASK);
+    return view;
+  }
+
+  /** Turning two-factor on for the account needs the caller enrolled, so it cannot lock them out. */
+  private async requireEnrolledToEnable(member: MemberAccess): Promise<void> {
+    if (await this.deps.twoFactor.confirmed(member.userId)) return;
+    throw new ApiError(
+      'OTP_ENROLMENT_REQUIRED',
+      'enrol in two-factor yourself before turning it on for the account ' +
+        '(POST /v2/accounts/security/two-factor/enrol, then .../confirm with a code)',
+      { field: 'two_factor.enabled' },
+    );
+  }
+
+  /** Whether security.two_factor.enabled is on: sensitive operations then need a code. */
+  async twoFactorRequired(accountId: string): Promise<boolean> {
+    const all = await this.effective(accountId);
+    return get(all.security, ['two_factor', 'enabled']) === true;
   }
 
   // ---- changing ----
@@ -292,7 +322,7 @@ export class SettingsService {
     input: Json,
     strategy: MergeStrategy,
     ownerEmail: string | null,
-  ): { overrides: Json; generated: string[] | null } {
+  ): { overrides: Json; enablesTwoFactor: boolean } {
     refuseUnsupported(section, input, defaultSettings(ownerEmail)[section]);
     const given = clone(input);
     for (const path of READ_ONLY_PATHS) {
@@ -324,26 +354,16 @@ export class SettingsService {
       (strategy === 'merge' ? deepMerge(current, keepMasked) : keepMasked) as Json,
     );
     const view = deepMerge(defaultSettings(ownerEmail)[section], overrides) as Json;
-    let generated: string[] | null = null;
+    let enablesTwoFactor = false;
     if (section === 'security') {
-      const wasOn = get(current, ['two_factor', 'enabled']) === true;
-      const isOn = get(view, ['two_factor', 'enabled']) === true;
-      if (isOn && !wasOn) {
-        generated = Array.from({ length: 10 }, () => {
-          const code = randomBytes(5).toString('hex');
-          return `${code.slice(0, 5)}-${code.slice(5)}`;
-        });
-        overrides['two_factor'] = { ...(overrides['two_factor'] as Json), backup_codes: generated };
-      } else if (isOn && wasOn && get(overrides, ['two_factor', 'backup_codes']) === undefined) {
-        const kept = get(current, ['two_factor', 'backup_codes']);
-        if (kept !== undefined)
-          overrides['two_factor'] = { ...(overrides['two_factor'] as Json), backup_codes: kept };
-      } else if (!isOn && isObject(overrides['two_factor'])) {
-        delete (overrides['two_factor'] as Json)['backup_codes'];
-      }
+      // Backup codes are each member's own now (issued when they confirm a TOTP enrolment, kept hashed):
+      // account-wide codes from before are dropped.
+      if (isObject(overrides['two_factor'])) delete (overrides['two_factor'] as Json)['backup_codes'];
+      enablesTwoFactor =
+        get(view, ['two_factor', 'enabled']) === true && get(current, ['two_factor', 'enabled']) !== true;
     }
     this.check(section, view, overrides);
-    return { overrides, generated };
+    return { overrides, enablesTwoFactor };
   }
 
   /** What schemas cannot say; canonical values (time zones) are written back into `overrides`. */
@@ -392,6 +412,13 @@ export class SettingsService {
         break;
       }
       case 'security': {
+        if (get(view, ['two_factor', 'method']) === 'sms') {
+          throw new ApiError(
+            'NOT_SUPPORTED',
+            'two_factor.method sms is not supported: Anvil sends no text messages; use totp (an authenticator app)',
+            { field: 'two_factor.method', value: 'sms' },
+          );
+        }
         const list = (get(view, ['api_access', 'ip_whitelist']) as string[]) ?? [];
         checkIpList(list, 'api_access.ip_whitelist');
         if (get(view, ['api_access', 'require_ip_whitelist']) === true && list.length === 0) {
@@ -496,23 +523,24 @@ export class SettingsService {
       this.loadPlain(member.accountId),
       this.ownerEmail(member.accountId),
     ]);
-    const { overrides, generated } = this.nextSection(
+    const { overrides, enablesTwoFactor } = this.nextSection(
       section,
       (data[section] as Json) ?? {},
       input,
       'merge',
       email,
     );
+    if (enablesTwoFactor) await this.requireEnrolledToEnable(member);
     const next = { ...data, [section]: overrides };
     if (section === 'security') this.refuseLockout(actor, data, next, options.confirmLockout === true);
     const updatedAt = await this.save(member.accountId, next, member.userId);
     if (section === 'security') await this.deps.ipPolicy.changed(member.accountId);
     await this.auditChange(actor, member, [section], data, next);
-    const view = this.masked(deepMerge(defaultSettings(email)[section], overrides) as Json, section);
-    if (generated) {
-      // Shown once, here; afterwards only masked.
-      (view['two_factor'] as Json)['backup_codes'] = generated;
-    }
+    const view = await this.withOwnBackupCodes(
+      member,
+      section,
+      this.masked(deepMerge(defaultSettings(email)[section], overrides) as Json, section),
+    );
     return { section: view, updatedAt: updatedAt.toISOString() };
   }
 
@@ -568,7 +596,7 @@ export class SettingsService {
       this.ownerEmail(member.accountId),
     ]);
     const next: Json = { ...data };
-    const generated: Record<string, string[]> = {};
+    let enablesTwoFactor = false;
     for (const name of names) {
       const input = clone(patches[name]!);
       const validate = this.validators[name];
@@ -590,7 +618,7 @@ export class SettingsService {
       try {
         const out = this.nextSection(name, (data[name] as Json) ?? {}, input as Json, strategy, email);
         next[name] = out.overrides;
-        if (out.generated) generated[name] = out.generated;
+        enablesTwoFactor ||= out.enablesTwoFactor;
       } catch (error) {
         if (error instanceof ApiError && error.code === 'VALIDATION_ERROR' && error.details) {
           const field = `${fieldPrefix}${name}.${String(error.details['field'])}`;
@@ -603,6 +631,7 @@ export class SettingsService {
         throw error;
       }
     }
+    if (enablesTwoFactor && !validateOnly) await this.requireEnrolledToEnable(member);
     const before = deepMerge(defaultSettings(email), data) as Json;
     const after = deepMerge(defaultSettings(email), next) as Json;
     const changes = names.map((name) => {
@@ -620,7 +649,7 @@ export class SettingsService {
       if (names.includes('security')) await this.deps.ipPolicy.changed(member.accountId);
       await this.auditChange(actor, member, names, data, next);
     }
-    return { sections: names, changes, updatedAt, generated };
+    return { sections: names, changes, updatedAt };
   }
 
   private async auditChange(

@@ -23,6 +23,8 @@ import type { SettingsService } from './settings.ts';
 export const CLUSTER_STATUS_CHANGED_EVENT = 'cluster.status_changed';
 export const MEMBER_JOINED_EVENT = 'member.joined';
 export const MEMBER_REMOVED_EVENT = 'member.removed';
+/** An endpoint entered status `error` (its workers keep failing); recorded by the endpoint supervisor. */
+export const ENDPOINT_FAILED_EVENT = 'endpoint.failed';
 
 /** Wait before the 2nd, 3rd, ... attempt; an event failing the last attempt is given up (6 attempts, ~2.6 h). */
 export const RETRY_DELAYS_SECONDS = [10, 60, 300, 1800, 7200] as const;

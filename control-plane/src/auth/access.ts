@@ -48,6 +48,11 @@ export interface Requirement {
   permission: RolePermission;
   scope: RoleScope;
   resourceId?: string | undefined;
+  /**
+   * With resourceId: the resource as its own area knows it (owner from its row), used when the resource
+   * directory has no entry for it (rows from before the directory, tuning trials), instead of 404.
+   */
+  fallback?: Resource | undefined;
   /** A key scope the API key must also carry; missing → 403 INSUFFICIENT_PERMISSIONS with requiredScope. */
   keyScope?: KeyScope | undefined;
   /** Audit action on denial (default `<permission>_attempt`). */
@@ -378,7 +383,8 @@ export class AccessControl {
     }
     let resource: Resource | null = null;
     if (requirement.resourceId) {
-      resource = await this.findResource(member.accountId, requirement.resourceId);
+      resource =
+        (await this.findResource(member.accountId, requirement.resourceId)) ?? requirement.fallback ?? null;
       if (!resource) {
         throw new ApiError('RESOURCE_NOT_FOUND', `no resource ${requirement.resourceId} in this account`, {
           resourceId: requirement.resourceId,

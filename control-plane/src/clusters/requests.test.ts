@@ -9,6 +9,8 @@ const template: TemplateDefaultsLike = {
   ports: [{ internal_port: 8888, protocol: 'tcp', description: 'Jupyter' }],
   startupScript: 'jupyter lab',
   defaults: { gpu_type: 'A100', gpu_count: 2, cpu_cores: 8, memory_gb: 32, storage_gb: 100 },
+  limits: { min: {}, max: {} },
+  gpuTypes: [],
 };
 
 describe('create requests', () => {

@@ -134,7 +134,7 @@ export function resolveCreate(
   if (typeof body.command === 'string') command = body.command.trim() ? ['sh', '-c', body.command] : [];
   else if (Array.isArray(body.command)) command = body.command;
   else if (template?.startupScript) command = ['sh', '-c', template.startupScript];
-  return {
+  const resolved = {
     name: body.name,
     description: body.description ?? null,
     templateId: template?.templateId ?? null,
@@ -152,6 +152,46 @@ export function resolveCreate(
     expiresAt,
     projectId: body.project_id ?? null,
   };
+  if (template) checkTemplateBounds(template, resolved);
+  return resolved;
+}
+
+/**
+ * A cluster made from a template stays within what the template declares it runs with: its
+ * compatibility.gpu_types and its resource_limits (min and max per resource).
+ */
+function checkTemplateBounds(
+  template: TemplateDefaultsLike,
+  cluster: { gpuType: string; gpuCount: number; cpuCores: number; memoryGb: number; storageGb: number },
+): void {
+  if (template.gpuTypes.length > 0 && !template.gpuTypes.includes(cluster.gpuType)) {
+    throw invalid(
+      'gpu_type',
+      `must be one the template ${template.templateId} is compatible with: ${template.gpuTypes.join(', ')}`,
+    );
+  }
+  const values = {
+    gpu_count: cluster.gpuCount,
+    cpu_cores: cluster.cpuCores,
+    memory_gb: cluster.memoryGb,
+    storage_gb: cluster.storageGb,
+  };
+  for (const [field, value] of Object.entries(values) as [keyof typeof values, number][]) {
+    const min = template.limits.min[field];
+    const max = template.limits.max[field];
+    if (min !== undefined && value < min) {
+      throw invalid(
+        field,
+        `must be at least ${min} for template ${template.templateId} (its resource_limits)`,
+      );
+    }
+    if (max !== undefined && value > max) {
+      throw invalid(
+        field,
+        `must be at most ${max} for template ${template.templateId} (its resource_limits)`,
+      );
+    }
+  }
 }
 
 // ---- list

@@ -119,6 +119,7 @@ export class ClusterService {
       await this.d.accounts.settings.createDefaults(accountId),
     );
     const id = newId('cluster');
+    await this.d.accounts.computeHours.assertBelow(actor, 'clusters');
     // Registering enforces the role's maxClusters and makes the cluster shareable.
     await this.d.accounts.resources.register(actor, { id, name: input.name, type: 'cluster' });
     let created: Cluster;
@@ -352,6 +353,7 @@ export class ClusterService {
     const cluster = await this.access.require(actor, id, 'execute');
     if (cluster.status === 'running' || cluster.status === 'starting' || cluster.status === 'pending')
       return cluster;
+    await this.d.accounts.computeHours.assertBelow(actor, 'clusters');
     if (cluster.status !== 'stopped' && cluster.status !== 'error') {
       throw invalidState(
         cluster,

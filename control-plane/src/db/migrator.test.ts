@@ -1059,6 +1059,19 @@ describe('migrator', () => {
         await prisma.experimentRun.create({ data });
         return [data, await prisma.experimentRun.findUniqueOrThrow({ where: { id: data.id } })];
       },
+      TwoFactorEnrolment: async () => {
+        const data = {
+          userId,
+          accountId,
+          secret: 'v1.sealed',
+          confirmedAt: at,
+          backupCodeHashes: ['ab12'],
+          lastStep: 59_000_000n,
+          createdAt: at,
+        };
+        await prisma.twoFactorEnrolment.create({ data });
+        return [data, await prisma.twoFactorEnrolment.findUniqueOrThrow({ where: { userId } })];
+      },
     };
     const models = Object.values(Prisma.ModelName).sort();
     const covered = Object.keys(fixtures).sort();

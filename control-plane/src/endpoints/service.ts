@@ -114,6 +114,7 @@ export class EndpointService {
     const gpuCount = input.gpuCount ?? 1;
     await this.#assertCouldFit(input.gpuType, gpuCount);
     const id = newId('ep');
+    await this.d.accounts.computeHours.assertBelow(actor, 'endpoints');
     // Registering enforces the role's maxEndpoints and makes the endpoint shareable.
     await this.d.accounts.resources.register(actor, { id, name, type: 'endpoint' });
     const now = this.d.clock.now();
@@ -275,7 +276,8 @@ export class EndpointService {
    * PUT: the configuration given replaces those fields (autoScaling field by field); the endpoint becomes
    * `updating` until the supervisor applied it. Changing environmentVariables or maxConcurrency (both reach
    * the container) replaces the workers one by one: a new one starts, an old one is drained once it is
-   * ready. Refused with 409 ENDPOINT_BUSY while requests are executing.
+   * ready; only such a change is refused with 409 ENDPOINT_BUSY while requests are executing. Scaling
+   * (workerCount, autoScaling) and timeouts apply at once whatever runs.
    */
   async update(actor: Actor, endpointId: string, input: ConfigurationInput) {
     await this.require(actor, endpointId, 'write');
@@ -294,20 +296,24 @@ export class EndpointService {
         endpointId,
       );
       const activeRequests = active?.n ?? 0;
-      if (activeRequests > 0) {
-        throw new ApiError(
-          'ENDPOINT_BUSY',
-          `endpoint ${endpointId} is executing ${activeRequests} request(s)`,
-          {
-            activeRequests,
-            suggestion:
-              'retry once the running requests finished (GET /v2/<endpoint_id>/health shows inProgress)',
-          },
-        );
-      }
       const replaceWorkers =
         JSON.stringify(next.environmentVariables) !== JSON.stringify(current.environmentVariables) ||
         next.maxConcurrency !== current.maxConcurrency;
+      // Scaling (workerCount, autoScaling) and the other control-plane settings take effect at once, running
+      // requests or not: only a change that reaches the containers rolls the workers.
+      if (activeRequests > 0 && replaceWorkers) {
+        throw new ApiError(
+          'ENDPOINT_BUSY',
+          `endpoint ${endpointId} is executing ${activeRequests} request(s) and this change replaces its workers`,
+          {
+            activeRequests,
+            rollingFields: ['environmentVariables', 'maxConcurrency'],
+            suggestion:
+              'retry once the running requests finished (GET /v2/<endpoint_id>/health shows inProgress); ' +
+              'scaling changes (workerCount, autoScaling) apply while requests run',
+          },
+        );
+      }
       const target = next.autoScaling.enabled
         ? Math.min(Math.max(endpoint.targetWorkers, next.autoScaling.minWorkers), next.autoScaling.maxWorkers)
         : next.workerCount;

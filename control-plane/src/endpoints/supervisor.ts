@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { ENDPOINT_FAILED_EVENT, enqueueWebhookEvent } from '../accounts/webhook-outbox.ts';
 import type { Clock } from '../auth/clock.ts';
 import { billingStartOf, openWorkerSession } from '../billing/worker-sessions.ts';
 import type { Endpoint, EndpointWorker, Prisma } from '../db/generated/client.ts';
@@ -446,14 +447,32 @@ export class EndpointSupervisor {
       if (current.length > 0 && current.length >= target) reason = `starting ${current.length} worker(s)`;
     }
     if (status !== endpoint.status || reason !== endpoint.statusReason) {
-      await this.d.db.prisma.endpoint.updateMany({
-        where: {
-          id: endpoint.id,
-          deletedAt: null,
-          configVersion: endpoint.configVersion,
-          status: endpoint.status,
-        },
-        data: { status, statusReason: reason },
+      // Entering `error` records endpoint.failed in the same transaction: the event exists if and only if
+      // the change committed, whichever replica made it (the outbox delivers it with retries).
+      await this.d.db.prisma.$transaction(async (tx) => {
+        const changed = await tx.endpoint.updateMany({
+          where: {
+            id: endpoint.id,
+            deletedAt: null,
+            configVersion: endpoint.configVersion,
+            status: endpoint.status,
+          },
+          data: { status, statusReason: reason },
+        });
+        if (changed.count === 1 && status === 'error' && endpoint.status !== 'error' && endpoint.accountId) {
+          await enqueueWebhookEvent(tx, {
+            accountId: endpoint.accountId,
+            type: ENDPOINT_FAILED_EVENT,
+            data: {
+              endpoint_id: endpoint.id,
+              name: endpoint.name,
+              status,
+              previous_status: endpoint.status,
+              reason,
+              failed_workers: failures.count,
+            },
+          });
+        }
       });
       if (status !== endpoint.status) {
         this.d

@@ -1,5 +1,6 @@
 import { ApiError } from '@anvil/shared';
 import type { ClusterTemplate } from '../db/generated/client.ts';
+import type { ResourceBounds } from './rules.ts';
 
 /**
  * Contract 2 (templates → clusters): what creating a cluster from a template applies. The clusters
@@ -18,6 +19,10 @@ export interface TemplateDefaults {
     memory_gb?: number;
     storage_gb?: number;
   };
+  /** The template's resource_limits: a cluster made from it must lie within them. */
+  limits: { min: ResourceBounds; max: ResourceBounds };
+  /** compatibility.gpu_types: the GPU types the template runs on (empty: any). */
+  gpuTypes: string[];
 }
 
 /** Throws ApiError TEMPLATE_NOT_FOUND; sees official templates and the account's own (not deleted). */
@@ -59,7 +64,19 @@ export function defaultsOf(template: ClusterTemplate): TemplateDefaults {
     const value = config[key];
     if (typeof value === 'number') defaults[key] = value;
   }
+  const limits = asRecord(template.resourceLimits);
+  const bounds = (value: unknown): ResourceBounds => {
+    const record = asRecord(value);
+    const out: ResourceBounds = {};
+    for (const key of ['gpu_count', 'cpu_cores', 'memory_gb', 'storage_gb'] as const) {
+      if (typeof record[key] === 'number') out[key] = record[key];
+    }
+    return out;
+  };
+  const gpuTypes = asRecord(template.compatibility)['gpu_types'];
   return {
+    limits: { min: bounds(limits['min_resources']), max: bounds(limits['max_resources']) },
+    gpuTypes: Array.isArray(gpuTypes) ? gpuTypes.filter((g): g is string => typeof g === 'string') : [],
     templateId: template.id,
     dockerImage: template.dockerImage,
     env,

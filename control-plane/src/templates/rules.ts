@@ -72,3 +72,28 @@ export function checkResourceBounds(
     }
   }
 }
+
+/**
+ * Template fields Anvil stores for official templates but cannot act on for a customer's: packages are
+ * not installed into clusters (they belong in docker_image), and templates are not shared across
+ * accounts. Refused with 400 NOT_SUPPORTED naming the field rather than kept without effect.
+ */
+export function refuseInertFields(input: {
+  required_packages?: string[] | undefined;
+  is_public?: boolean | undefined;
+}) {
+  if (input.required_packages !== undefined && input.required_packages.length > 0) {
+    throw new ApiError(
+      'NOT_SUPPORTED',
+      'required_packages is not supported: Anvil installs nothing into a cluster; put the packages in docker_image',
+      { field: 'required_packages' },
+    );
+  }
+  if (input.is_public === true) {
+    throw new ApiError(
+      'NOT_SUPPORTED',
+      'is_public is not supported: a template is visible to its own account only (official templates to all)',
+      { field: 'is_public' },
+    );
+  }
+}

@@ -9,6 +9,7 @@ import {
   checkResourceBounds,
   compareSemver,
   type ResourceBounds,
+  refuseInertFields,
   validationError,
 } from './rules.ts';
 import { OFFICIAL_TEMPLATES, type OfficialTemplate } from './seed.ts';
@@ -56,7 +57,7 @@ export interface CreateTemplateInput {
 
 export type UpdateTemplateInput = Partial<CreateTemplateInput> & { is_deprecated?: boolean | undefined };
 
-export const TEMPLATE_SORTS = ['name', 'created_at', 'usage_count', 'rating'] as const;
+export const TEMPLATE_SORTS = ['name', 'created_at', 'usage_count'] as const;
 export type TemplateSort = (typeof TEMPLATE_SORTS)[number];
 
 export interface ListTemplatesQuery {
@@ -181,7 +182,6 @@ export class TemplateService implements TemplateResolver {
       if (sortBy === 'usage_count') {
         diff = (stats.get(a.id) ?? EMPTY_STATS).total - (stats.get(b.id) ?? EMPTY_STATS).total;
       }
-      // rating: no template carries a rating (average_rating is null), so templates keep name order.
       return diff !== 0 ? sign * diff : sortBy === 'name' ? sign * byName(a, b) : byName(a, b);
     });
     const filtersApplied: Record<string, unknown> = {};
@@ -222,6 +222,7 @@ export class TemplateService implements TemplateResolver {
   async create(actor: Actor, input: CreateTemplateInput) {
     const member = await this.access.require(actor, { permission: 'write', scope: 'clusters' });
     const accountId = member.accountId;
+    refuseInertFields(input);
     checkResourceBounds(input.default_configuration, input.min_resources, input.max_resources);
     const now = this.clock.now();
     const data: Prisma.ClusterTemplateUncheckedCreateInput = {
@@ -267,6 +268,7 @@ export class TemplateService implements TemplateResolver {
   async update(actor: Actor, templateId: string, input: UpdateTemplateInput) {
     const member = await this.access.require(actor, { permission: 'write', scope: 'clusters' });
     const current = await this.findOwn(member.accountId, templateId);
+    refuseInertFields(input);
     if (Object.values(input).every((value) => value === undefined)) {
       throw validationError('body', 'must change at least one field');
     }

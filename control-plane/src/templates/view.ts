@@ -14,7 +14,6 @@ export interface TemplateStats {
 export interface UsageStatistics {
   total_deployments: number;
   active_clusters: number;
-  average_rating: number | null;
   success_rate: number | null;
 }
 
@@ -31,8 +30,6 @@ export function usageStatistics(stats: TemplateStats): UsageStatistics {
   return {
     total_deployments: stats.total,
     active_clusters: stats.active,
-    // Anvil has no template ratings.
-    average_rating: null,
     success_rate: stats.decided === 0 ? null : round((100 * stats.reached) / stats.decided, 2),
   };
 }

@@ -96,6 +96,31 @@ export class TrainingService {
     await this.d.accounts.access.require(actor, { permission, scope: 'clusters' });
   }
 
+  /**
+   * A job as an account resource, like a cluster: read on a teammate's job comes with the role; changing
+   * it (stop, resume, tune, their stops and deploys) needs write on it, which a member holds on their own
+   * jobs, a team manager on all, and anyone else only through a grant or a share (403 otherwise).
+   */
+  async requireJob(actor: Actor, jobId: string, permission: 'read' | 'write'): Promise<TrainingJob> {
+    const job = await this.find(actor.principal.accountId, jobId);
+    await this.d.accounts.access.require(actor, {
+      permission,
+      scope: 'clusters',
+      resourceId: job.id,
+      fallback: {
+        id: job.id,
+        accountId: job.accountId,
+        type: 'training_job',
+        name: job.name,
+        ownerId: job.createdById ?? '',
+        createdAt: job.createdAt,
+        deletedAt: null,
+      },
+      action: `training_job_${permission}_attempt`,
+    });
+    return job;
+  }
+
   async find(accountId: string, jobId: string): Promise<TrainingJob> {
     const row = await this.db.prisma.trainingJob.findFirst({ where: { id: jobId, accountId } });
     if (!row) throw jobNotFound(jobId);
@@ -107,11 +132,14 @@ export class TrainingService {
   async create(actor: Actor, body: CreateJobRequest) {
     await this.requireAccess(actor, 'execute');
     const input = jobInputOf(body);
+    await this.d.accounts.computeHours.assertBelow(actor, 'training jobs');
     const job = await this.createFromInput(
       { accountId: actor.principal.accountId, userId: actor.principal.userId },
       input,
       {},
     );
+    // In the resource directory, so shares and per-resource grants can name it.
+    await this.d.accounts.resources.register(actor, { id: job.id, name: job.name, type: 'training_job' });
     if (input.form === 'short') return viewShortCreated(job, await this.currentPrice(job.gpuType));
     return this.view(job);
   }
@@ -250,7 +278,7 @@ export class TrainingService {
 
   async get(actor: Actor, jobId: string) {
     await this.requireAccess(actor, 'read');
-    const job = await this.find(actor.principal.accountId, jobId);
+    const job = await this.requireJob(actor, jobId, 'read');
     // Reports that arrived since the last supervisor pass are shown at once.
     if (['pending', 'running', 'stopping'].includes(job.status)) {
       await this.d.reports.drain(job.id).catch(() => 0);
@@ -290,7 +318,7 @@ export class TrainingService {
 
   async stop(actor: Actor, jobId: string, body: { saveCheckpoint?: boolean; reason?: string }) {
     await this.requireAccess(actor, 'execute');
-    const job = await this.find(actor.principal.accountId, jobId);
+    const job = await this.requireJob(actor, jobId, 'write');
     await this.stopJob(job, body.saveCheckpoint ?? true, body.reason ?? null);
     return this.view(await this.find(actor.principal.accountId, jobId));
   }
@@ -378,7 +406,7 @@ export class TrainingService {
 
   async resume(actor: Actor, jobId: string, body: { checkpointId?: string }) {
     await this.requireAccess(actor, 'execute');
-    const job = await this.find(actor.principal.accountId, jobId);
+    const job = await this.requireJob(actor, jobId, 'write');
     if (!(RESUMABLE_STATUSES as readonly string[]).includes(job.status)) {
       throw invalidState(
         job,
@@ -386,6 +414,7 @@ export class TrainingService {
         'stop the job first; a finished job is resumed from its checkpoints',
       );
     }
+    await this.d.accounts.computeHours.assertBelow(actor, 'training jobs');
     // Reports still in the log (the checkpoint written on SIGTERM) count before "latest" is chosen.
     await this.d.reports.drain(job.id);
     let checkpoint = null;

@@ -4,6 +4,7 @@ import { permissionRoutes } from './permissions.ts';
 import { profileRoutes } from './profile.ts';
 import { settingsRoutes } from './settings.ts';
 import { teamRoutes } from './team.ts';
+import { twoFactorRoutes } from './two-factor.ts';
 
 /** /v2/accounts: profile, team, roles and permissions, settings. */
 export const accountRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (app, { context }) => {
@@ -11,4 +12,5 @@ export const accountRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> =
   await app.register(teamRoutes, { context });
   await app.register(permissionRoutes, { context });
   await app.register(settingsRoutes, { context });
+  await app.register(twoFactorRoutes, { context });
 };

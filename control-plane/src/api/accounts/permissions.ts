@@ -150,7 +150,7 @@ export const permissionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }
   app.post(
     '/v2/accounts/permissions/roles',
     {
-      config,
+      config: { ...config, sensitive: 'role change' },
       schema: {
         tags,
         summary: 'Create a custom role',
@@ -160,7 +160,9 @@ export const permissionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }
           'roles whose permissions the caller holds — never owner, never itself through any chain ' +
           '(422 INVALID_ROLE_HIERARCHY) — and carries no permission the caller lacks (403 ' +
           'INSUFFICIENT_PERMISSIONS). Limitations maxApiKeys, maxClusters, maxEndpoints are enforced where ' +
-          'those things are created (403 LIMIT_EXCEEDED); maxComputeHours is enforced with usage metering.',
+          'those things are created (403 LIMIT_EXCEEDED); maxComputeHours (GPU-hours per calendar month, UTC, from ' +
+          'metered usage) stops new placement once reached — creating or starting clusters, creating endpoints, ' +
+          'creating or resuming training jobs answer 403 LIMIT_EXCEEDED — while running work goes on.',
         body: Type.Object(
           {
             name: RoleName,
@@ -196,7 +198,7 @@ export const permissionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }
   app.put(
     '/v2/accounts/permissions/roles/:role_id',
     {
-      config,
+      config: { ...config, sensitive: 'role change' },
       schema: {
         tags,
         summary: 'Change a custom role (members holding it are affected at once)',
@@ -230,7 +232,7 @@ export const permissionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }
   app.delete(
     '/v2/accounts/permissions/roles/:role_id',
     {
-      config,
+      config: { ...config, sensitive: 'role change' },
       schema: {
         tags,
         summary:
@@ -308,7 +310,11 @@ export const permissionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }
           'Checks the caller by default; checking another member needs manage_team. With a resourceId the ' +
           "scope defaults to the resource's (clusters, endpoints) and ownership matters: roles give all " +
           "their permissions on own resources, read and execute on teammates' (all, for team managers). " +
-          '`source` is role, custom_permission, grant or share.',
+          '`source` is role, custom_permission, grant or share. details.limitations: the role limits ' +
+          "(maxEndpoints, maxClusters, maxComputeHours, maxApiKeys; null = none), the member's GPU-hours this " +
+          'calendar month (UTC) as metered (usedComputeHours; remainingComputeHours null without a limit; ' +
+          "computePeriodEnd), and the account's serverless execution limit (maxExecutionsPerHour, " +
+          'remainingExecutions in the current hour).',
         body: Type.Object(
           {
             userId: Type.Optional(Type.String({ maxLength: 64 })),
@@ -356,6 +362,12 @@ export const permissionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }
       checkScopes([scope]);
       const decision = await accounts.access.decide(member, permission, scope, resource);
       const limits = accounts.access.limitations(member);
+      const [compute, rates] = await Promise.all([
+        accounts.computeHours.use(member),
+        context.rateLimits.status(actor.principal),
+      ]);
+      // The account's serverless execution limit (POST /endpoints/*/execute per hour, boosts included).
+      const execution = rates.endpoint_limits.find((l) => l.operation === 'POST /endpoints/*/execute');
       return {
         userId,
         permission,
@@ -369,7 +381,14 @@ export const permissionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }
           ...(decision.grantId ? { grantId: decision.grantId } : {}),
           ...(decision.shareId ? { shareId: decision.shareId } : {}),
           ...(decision.resource ? { resource: decision.resource } : {}),
-          limitations: Object.fromEntries(LIMITATION_NAMES.map((n) => [n, limits[n] ?? null])),
+          limitations: {
+            ...Object.fromEntries(LIMITATION_NAMES.map((n) => [n, limits[n] ?? null])),
+            usedComputeHours: compute.used,
+            remainingComputeHours: compute.remaining,
+            computePeriodEnd: compute.periodEnd.toISOString(),
+            maxExecutionsPerHour: execution?.limit ?? null,
+            remainingExecutions: execution?.remaining ?? null,
+          },
         },
       };
     },
@@ -525,7 +544,7 @@ export const permissionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }
   app.post(
     '/v2/accounts/permissions/:user_id/grant',
     {
-      config,
+      config: { ...config, sensitive: 'permission grant' },
       schema: {
         tags,
         summary: 'Grant permissions to a member (never above your own)',

@@ -1,6 +1,7 @@
 import { ApiError } from '@anvil/shared';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import type { FastifyRequest } from 'fastify';
 import YAML from 'yaml';
 import { SECTION_ACCESS } from '../../accounts/settings.ts';
 import {
@@ -22,7 +23,7 @@ const SETTINGS_DESCRIPTION =
   'needs billing read / manage_billing and an API key with the billing scope (else 403 ' +
   'INSUFFICIENT_PERMISSIONS with requiredScope); security needs security read / manage_security; ' +
   'integrations need integrations read / manage_integrations. Secret fields (webhook secret, chat webhook ' +
-  `URL, access tokens, API keys, 2FA backup codes) are stored encrypted (AES-256-GCM) and read as "${MASK}"; ` +
+  `URL, access tokens, API keys) are stored encrypted (AES-256-GCM) and read as "${MASK}"; ` +
   `sending "${MASK}" back keeps the stored value. Read-only fields (notifications.email.email, ` +
   'billing.payment_method, security.two_factor.backup_codes) are ignored in updates. ' +
   'Fields this version cannot act on are refused: setting one to anything but the value it reads as ' +
@@ -35,7 +36,11 @@ const SETTINGS_DESCRIPTION =
   'security.audit.log_api_requests and log_resource_access false; integrations.github, docker, ' +
   'monitoring.datadog and monitoring.grafana off (not implemented: Prometheus /metrics is the supported ' +
   'monitoring path); preferences timezone "UTC", language "en", theme "auto", date_format "YYYY/MM/DD", ' +
-  'number_format "1,234.56". Sending those values back (an unchanged export) is accepted.';
+  'number_format "1,234.56". Sending those values back (an unchanged export) is accepted. ' +
+  "security.two_factor.backup_codes reads as the caller's own unused backup codes, masked (see " +
+  '/v2/accounts/security/two-factor). Turning two_factor.enabled on needs the caller enrolled (403 ' +
+  'OTP_ENROLMENT_REQUIRED); method sms is refused (400 NOT_SUPPORTED: Anvil sends no text messages). ' +
+  'Changing security settings is a sensitive operation: where two-factor applies it needs X-Anvil-OTP.';
 
 const IP_WHITELIST_DESCRIPTION =
   'security.api_access.ip_whitelist (IPv4/IPv6 addresses and CIDRs) is in force while ' +
@@ -109,7 +114,11 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
   app.put(
     '/v2/accounts/settings',
     {
-      config,
+      config: {
+        ...config,
+        sensitive: (request: FastifyRequest) =>
+          (request.body as { security?: unknown }).security !== undefined ? 'security settings change' : null,
+      },
       schema: {
         tags,
         summary: 'Change settings (short form)',
@@ -137,7 +146,7 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
     app.put(
       `/v2/accounts/settings/${section}`,
       {
-        config,
+        config: section === 'security' ? { ...config, sensitive: 'security settings change' } : config,
         schema: {
           tags,
           summary: `Change ${section} settings (fields given change; others stay)`,
@@ -208,7 +217,11 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
   app.get(
     '/v2/accounts/settings/export',
     {
-      config,
+      config: {
+        ...config,
+        sensitive: (request: FastifyRequest) =>
+          (request.query as { include_secrets?: boolean }).include_secrets === true ? 'secret reveal' : null,
+      },
       schema: {
         tags,
         summary: 'Export settings as JSON or YAML',
@@ -253,7 +266,18 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
   app.post(
     '/v2/accounts/settings/import',
     {
-      config,
+      config: {
+        ...config,
+        sensitive: (request: FastifyRequest) => {
+          const body = request.body as {
+            settings?: Record<string, unknown>;
+            export?: { settings?: Record<string, unknown> };
+          };
+          return (body.settings ?? body.export?.settings)?.['security'] !== undefined
+            ? 'security settings change'
+            : null;
+        },
+      },
       schema: {
         tags,
         summary: 'Import settings (JSON or YAML body; an export document is accepted as it is)',

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import type { FastifyRequest } from 'fastify';
 import { ACTIVITY_PERIODS } from '../../accounts/activity.ts';
 import { INVITATION_LIFETIMES } from '../../accounts/invitations.ts';
 import { BULK_OPERATIONS } from '../../accounts/team.ts';
@@ -155,7 +156,11 @@ export const teamRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = as
   app.post(
     '/v2/accounts/team/members/bulk',
     {
-      config,
+      config: {
+        ...config,
+        sensitive: (request: FastifyRequest) =>
+          (request.body as { operation: string }).operation === 'update_role' ? 'role change' : null,
+      },
       schema: {
         tags,
         summary: 'One operation on many members, with a result per member',
@@ -243,7 +248,13 @@ export const teamRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = as
   app.put(
     '/v2/accounts/team/members/:user_id',
     {
-      config,
+      config: {
+        ...config,
+        sensitive: (request: FastifyRequest) => {
+          const body = request.body as { role?: string; permissions?: string[] };
+          return body.role !== undefined || body.permissions !== undefined ? 'role change' : null;
+        },
+      },
       schema: {
         tags,
         summary: 'Change a member: role, custom permissions, department, title, suspend or reactivate',
@@ -277,7 +288,7 @@ export const teamRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = as
   app.delete(
     '/v2/accounts/team/members/:user_id',
     {
-      config,
+      config: { ...config, sensitive: 'member removal' },
       schema: {
         tags,
         summary: 'Remove a member: keys, grants and shares are revoked at once',

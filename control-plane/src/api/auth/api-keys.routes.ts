@@ -19,7 +19,7 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = 
   app.post(
     '/v2/auth/api-keys',
     {
-      config: { scope: 'accounts' },
+      config: { scope: 'accounts', sensitive: 'API key creation' },
       schema: {
         tags,
         summary: 'Create an API key (the value is returned once)',
@@ -75,7 +75,7 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = 
   app.post(
     '/v2/auth/api-keys/:key_id/rotate',
     {
-      config: { scope: 'accounts' },
+      config: { scope: 'accounts', sensitive: 'API key rotation' },
       schema: {
         tags,
         summary: 'Rotate an API key: a new value replaces it; the old one stops after the grace period',

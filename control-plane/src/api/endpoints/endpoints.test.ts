@@ -240,13 +240,32 @@ describe('serverless endpoint API: CRUD, bounds, placement, isolation', () => {
         leaseUntil: new Date(Date.now() + 60_000),
       },
     });
-    const busy = await call(t, { method: 'PUT', url: `/v2/endpoints/${ep.id}`, payload: { workerCount: 3 } });
+    // Scaling applies at once while a request runs: the target moves now, no worker is replaced for it.
+    const scaled = await call(t, {
+      method: 'PUT',
+      url: `/v2/endpoints/${ep.id}`,
+      payload: { workerCount: 3, autoScaling: { scaleDownCooldown: 7 } },
+    });
+    expect(scaled.statusCode, scaled.body).toBe(200);
+    const row = await t.context.db.prisma.endpoint.findUniqueOrThrow({ where: { id: ep.id } });
+    expect(row).toMatchObject({ targetWorkers: 3, configVersion: 2 });
+    expect((await call(t, { url: `/v2/endpoints/${ep.id}` })).json().configuration).toMatchObject({
+      workerCount: 3,
+      autoScaling: { scaleDownCooldown: 7 },
+    });
+    // A change that reaches the containers (rolls the workers) waits for the running request.
+    const busy = await call(t, {
+      method: 'PUT',
+      url: `/v2/endpoints/${ep.id}`,
+      payload: { environmentVariables: { A: 'c' } },
+    });
     expect(busy.statusCode).toBe(409);
     expect(busy.json()).toMatchObject({
       error: 'ENDPOINT_BUSY',
-      details: { activeRequests: 1, suggestion: expect.any(String) },
+      details: { activeRequests: 1, rollingFields: ['environmentVariables', 'maxConcurrency'] },
     });
-    expect((await call(t, { url: `/v2/endpoints/${ep.id}` })).json().configuration.workerCount).toBe(1);
+    const after = (await call(t, { url: `/v2/endpoints/${ep.id}` })).json().configuration;
+    expect(after.environmentVariables).toEqual({ A: 'b' });
   });
 
   it('queues, reads, cancels, retries and purges jobs; a viewer may read but not run', async () => {

@@ -104,8 +104,10 @@ export const endpointRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
           'configuration is applied gradually: the worker count moves to the new target, and when ' +
           'environmentVariables or maxConcurrency change (they reach the container) each worker is replaced: new ' +
           'ones start, and old ones are drained (finish their jobs) as new ones become ready. The status returns ' +
-          'to active once done. Refused with 409 ENDPOINT_BUSY {activeRequests, suggestion} while jobs are ' +
-          `IN_PROGRESS, changing nothing. ${CONFIGURATION}`,
+          'to active once done. A change that replaces workers (environmentVariables, maxConcurrency) is ' +
+          'refused with 409 ENDPOINT_BUSY {activeRequests, rollingFields, suggestion} while jobs are IN_PROGRESS, ' +
+          'changing nothing; scaling (workerCount, autoScaling) and timeoutSeconds apply at once while jobs run. ' +
+          `${CONFIGURATION}`,
         params: EndpointParams,
         body: UpdateEndpointBody,
         response: { 200: UpdatedEndpoint, ...flatErrors(400, 401, 403, 404, 409, 429) },

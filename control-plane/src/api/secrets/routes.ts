@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import type { FastifyRequest } from 'fastify';
 import type { AppContext } from '../../context.ts';
 import { Envelope, ok } from '../../http/envelope.ts';
 import { wrappedErrors } from '../../http/error-body.ts';
@@ -36,7 +37,11 @@ export const secretRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = 
   app.get(
     '/v1/clusters/:cluster_id/secrets',
     {
-      config,
+      config: {
+        ...config,
+        sensitive: (request: FastifyRequest) =>
+          (request.query as { include_values?: boolean }).include_values === true ? 'secret reveal' : null,
+      },
       schema: {
         tags,
         summary: "The cluster's secrets",
@@ -56,7 +61,11 @@ export const secretRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = 
   app.get(
     '/v1/clusters/:cluster_id/secrets/:secret_name',
     {
-      config,
+      config: {
+        ...config,
+        sensitive: (request: FastifyRequest) =>
+          (request.query as { include_value?: boolean }).include_value === true ? 'secret reveal' : null,
+      },
       schema: {
         tags,
         summary: 'One secret',

@@ -23,14 +23,16 @@ const TemplateRef = Type.Ref('ClusterTemplate');
 const ACCESS =
   'Visible: the official templates (seeded at start-up, read-only: changing one answers 403 ' +
   "INSUFFICIENT_PERMISSIONS) and the caller's account's own; another account's template id answers " +
-  '400 TEMPLATE_NOT_FOUND like an unknown one. `is_public` is stored and returned but shares nothing ' +
-  'across accounts. Reading needs read on clusters, changing needs write on clusters (key scope clusters).';
+  '400 TEMPLATE_NOT_FOUND like an unknown one. `is_public: true` and a non-empty `required_packages` are ' +
+  'refused with 400 NOT_SUPPORTED (templates are not shared across accounts; Anvil installs no packages: ' +
+  'they belong in docker_image); official templates list the packages their image holds. Anvil has no ' +
+  'template ratings, so usage_statistics carries no average_rating and sort_by has no rating. Reading needs read on clusters, changing needs write on clusters (key scope clusters).';
 
 const LIST =
   'Filters match exactly (category, framework, gpu_compatible, official, project_id); search is a ' +
   'case-insensitive substring of name, description or docker_image, or an exact tag. Deprecated templates ' +
   'are left out unless include_deprecated=true. sort_by: name (default, ascending), created_at, usage_count ' +
-  '(usage_statistics.total_deployments), rating (no template has a rating, so this keeps name order); ' +
+  '(usage_statistics.total_deployments); ' +
   'sort_order asc|desc (default asc for name, desc otherwise). No pagination: every matching template.';
 
 const VERSIONING =

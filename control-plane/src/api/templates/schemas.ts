@@ -193,7 +193,6 @@ export const Template = Type.Object(
             "The caller's account's clusters ever created from this template (deleted ones included)",
         }),
         active_clusters: Type.Integer({ description: 'Of those, the ones running now' }),
-        average_rating: Nullable(Type.Number({ description: 'Always null: Anvil has no template ratings' })),
         success_rate: Nullable(
           Type.Number({
             description:

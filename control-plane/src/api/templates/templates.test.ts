@@ -87,7 +87,6 @@ describe('cluster templates API', () => {
     expect(pytorch.usage_statistics).toEqual({
       total_deployments: 0,
       active_clusters: 0,
-      average_rating: null,
       success_rate: null,
     });
 
@@ -290,7 +289,6 @@ describe('cluster templates API', () => {
     expect(stats).toEqual({
       total_deployments: 5,
       active_clusters: 1,
-      average_rating: null,
       success_rate: 75,
     });
   });
@@ -332,6 +330,8 @@ describe('cluster templates API', () => {
       ports: [{ internal_port: 8080, protocol: 'udp', description: 'x' }],
       startupScript: 'echo ready',
       defaults: { gpu_type: 'H100', gpu_count: 2, cpu_cores: 16, memory_gb: 64, storage_gb: 200 },
+      limits: { min: {}, max: {} },
+      gpuTypes: [],
     });
     const official = await t.context.templates.resolveForCluster(stranger.accountId, 'tmpl_official_tgi');
     expect(official.env).toEqual({ MODEL_ID: 'HuggingFaceH4/zephyr-7b-beta' });
@@ -494,8 +494,84 @@ describe('creating clusters from templates', () => {
     expect(row.env).toMatchObject({ MODEL: 'large', MODE: 'serve' });
     expect(row.ports).toEqual([expect.objectContaining({ internal_port: 8000, protocol: 'tcp' })]);
     const stats = (await call(t, { url: `${BASE}/${id}` })).json().data.usage_statistics;
-    expect(stats).toMatchObject({ total_deployments: 1, active_clusters: 0, average_rating: null });
+    expect(stats).toMatchObject({ total_deployments: 1, active_clusters: 0 });
+    expect(stats).not.toHaveProperty('average_rating');
     const sorted = (await call(t, { url: `${BASE}?sort_by=usage_count` })).json().data.templates;
     expect(sorted[0].id).toBe(id);
+  });
+
+  it('keeps clusters made from a template within its resource_limits and compatibility.gpu_types', async () => {
+    const base = await t.app.listen({ host: '127.0.0.1', port: 0 });
+    const post = async (path: string, body: unknown) => {
+      const res = await fetch(`${base}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${t.ownerKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return { status: res.status, body: (await res.json()) as { data?: { id: string }; error?: unknown } };
+    };
+    const template = await post(
+      BASE,
+      minimal('Bounded', {
+        min_resources: { gpu_count: 1, memory_gb: 32 },
+        max_resources: { gpu_count: 2, memory_gb: 128 },
+        compatibility: { gpu_types: ['H100', 'A100'] },
+      }),
+    );
+    expect(template.status, JSON.stringify(template.body)).toBe(201);
+    const id = template.body.data!.id;
+    const cases: [Record<string, unknown>, string, string][] = [
+      [{ gpu_count: 4 }, 'gpu_count', 'must be at most 2'],
+      [{ memory_gb: 16 }, 'memory_gb', 'must be at least 32'],
+      [{ gpu_type: 'T4' }, 'gpu_type', 'H100, A100'],
+    ];
+    for (const [extra, field, reason] of cases) {
+      const refused = await post('/v1/clusters', { name: `bounded-${field}`, template_id: id, ...extra });
+      expect(refused.status, field).toBe(400);
+      expect(refused.body.error).toMatchObject({
+        code: 'VALIDATION_ERROR',
+        details: { field, reason: expect.stringContaining(reason) },
+      });
+    }
+    expect(await t.context.db.prisma.cluster.count({ where: { name: { startsWith: 'bounded-' } } })).toBe(0);
+    const fits = await post('/v1/clusters', { name: 'bounded-ok', template_id: id, gpu_count: 1 });
+    expect(fits.status, JSON.stringify(fits.body)).toBe(201);
+  });
+
+  it('refuses template fields it cannot act on (is_public, required_packages) and has no rating sort', async () => {
+    const base = t.app.server.listening
+      ? `http://127.0.0.1:${(t.app.server.address() as { port: number }).port}`
+      : await t.app.listen({ host: '127.0.0.1', port: 0 });
+    const send = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(`${base}${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${t.ownerKey}`,
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+      return {
+        status: res.status,
+        body: (await res.json()) as { error?: { code: string; details: unknown } },
+      };
+    };
+    const before = await t.context.db.prisma.clusterTemplate.count();
+    for (const [extra, field] of [
+      [{ is_public: true }, 'is_public'],
+      [{ required_packages: ['numpy'] }, 'required_packages'],
+    ] as const) {
+      const res = await send('POST', BASE, minimal(`inert-${field}`, extra));
+      expect(res.status, field).toBe(400);
+      expect(res.body.error).toMatchObject({ code: 'NOT_SUPPORTED', details: { field } });
+    }
+    expect(await t.context.db.prisma.clusterTemplate.count()).toBe(before);
+    const own = await send('POST', BASE, minimal('inert-ok', { is_public: false, required_packages: [] }));
+    expect(own.status).toBe(201);
+    const id = (own.body as unknown as { data: { id: string } }).data.id;
+    const put = await send('PUT', `${BASE}/${id}`, { is_public: true });
+    expect(put.status).toBe(400);
+    expect(put.body.error).toMatchObject({ code: 'NOT_SUPPORTED' });
+    expect((await send('GET', `${BASE}?sort_by=rating`)).status).toBe(400);
   });
 });

@@ -158,7 +158,7 @@ export class TuningService {
 
   async create(actor: Actor, jobId: string, body: TuneRequest) {
     await this.d.training.requireAccess(actor, 'execute');
-    const base = await this.d.training.find(actor.principal.accountId, jobId);
+    const base = await this.d.training.requireJob(actor, jobId, 'write');
     const short = body.search_space === undefined && body.hyperparameters !== undefined;
     const algorithm: Algorithm = (short ? body.searchStrategy : body.algorithm) ?? 'random';
     const rawSpace = short ? shortFormSpace(body.hyperparameters ?? {}) : (body.search_space ?? {});
@@ -490,6 +490,7 @@ export class TuningService {
     body: { reason?: string; complete_running_trials?: boolean },
   ) {
     await this.d.training.requireAccess(actor, 'execute');
+    await this.d.training.requireJob(actor, jobId, 'write');
     const tune = await this.find(actor.principal.accountId, tuneId, jobId);
     if (!['pending', 'running', 'stopping'].includes(tune.status)) {
       throw new ApiError('INVALID_STATE', `tuning job ${tune.id} is ${tune.status}`, {
@@ -529,6 +530,7 @@ export class TuningService {
     },
   ) {
     await this.d.training.requireAccess(actor, 'execute');
+    await this.d.training.requireJob(actor, jobId, 'write');
     const tune = await this.find(actor.principal.accountId, tuneId, jobId);
     const trials = await this.trials(tune);
     const source = body.use_best_trial
