@@ -42,6 +42,8 @@ export interface AgentOptions {
   stateDir: string;
   /** Per-workload volume directories live under this root. */
   volumeRoot: string;
+  /** Images every account may run without a pull (ReconcilerOptions.hostImages). */
+  hostImages?: readonly string[];
   runtime: ContainerRuntime;
   /** The engine's client for reverse tunnels (exec, container addresses); without it tunnels are refused. */
   docker?: Dockerode;
@@ -158,6 +160,7 @@ export function createAgent(options: AgentOptions): Agent {
       runtime: options.runtime,
       hostId,
       volumeRoot: options.volumeRoot,
+      hostImages: options.hostImages ?? [],
       gpuMode: options.gpu.simulated ? 'env-only' : 'device-requests',
       clock,
       logger,

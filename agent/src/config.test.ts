@@ -29,7 +29,15 @@ describe('agent configuration', () => {
       simulateGpus: null,
       nvmlLibrary: null,
       logLevel: 'info',
+      hostImages: [],
     });
+  });
+
+  it('reads the host images as a comma-separated list', async () => {
+    const result = await config(['--control-plane', 'https://cp'], {
+      ANVIL_HOST_IMAGES: 'anvil-test/*, registry.local/base:1 ,',
+    });
+    expect(result.hostImages).toEqual(['anvil-test/*', 'registry.local/base:1']);
   });
 
   it('ranks flags over env over file over defaults', async () => {

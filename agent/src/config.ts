@@ -3,12 +3,12 @@
  *
  * Sources, highest precedence first:
  *   1. command-line flags      --control-plane, --join-token, --state-dir, --volume-root,
- *                              --simulate-gpus, --nvml-library, --log-level, --config
+ *                              --simulate-gpus, --nvml-library, --log-level, --host-images, --config
  *   2. environment variables   ANVIL_CONTROL_PLANE, ANVIL_JOIN_TOKEN, ANVIL_STATE_DIR,
  *                              ANVIL_VOLUME_ROOT, ANVIL_SIMULATE_GPUS, ANVIL_NVML_LIBRARY,
- *                              ANVIL_LOG_LEVEL, ANVIL_AGENT_CONFIG (path of the config file)
+ *                              ANVIL_LOG_LEVEL, ANVIL_HOST_IMAGES, ANVIL_AGENT_CONFIG (config file path)
  *   3. JSON config file        { "controlPlane", "joinToken", "stateDir", "volumeRoot",
- *                                "simulateGpus", "nvmlLibrary", "logLevel" }
+ *                                "simulateGpus", "nvmlLibrary", "logLevel", "hostImages" }
  *   4. defaults                stateDir /var/lib/anvil-agent, volumeRoot <stateDir>/volumes,
  *                              logLevel info
  * An empty environment variable counts as unset. Docker is reached through DOCKER_HOST (and
@@ -30,6 +30,12 @@ export interface AgentConfig {
   simulateGpus: string | null;
   nvmlLibrary: string | null;
   logLevel: string;
+  /**
+   * Host images: references (or prefixes ending in `*`), comma-separated, of images the operator loaded
+   * on this host and lets EVERY account run without a pull. Empty by default: every image is then pulled
+   * with its account's credentials before each create. See image-policy.ts and the README.
+   */
+  hostImages: string[];
 }
 
 export const DEFAULT_STATE_DIR = '/var/lib/anvil-agent';
@@ -45,6 +51,7 @@ const ConfigFile = Type.Object(
     simulateGpus: Type.Optional(Type.String()),
     nvmlLibrary: Type.Optional(Type.String()),
     logLevel: Type.Optional(Type.String()),
+    hostImages: Type.Optional(Type.String()),
   },
   // A misspelt key would otherwise be ignored in silence.
   { additionalProperties: false },
@@ -59,6 +66,7 @@ const FLAGS: Record<Keys, string> = {
   simulateGpus: 'simulate-gpus',
   nvmlLibrary: 'nvml-library',
   logLevel: 'log-level',
+  hostImages: 'host-images',
 };
 const ENV: Record<Keys, string> = {
   controlPlane: 'ANVIL_CONTROL_PLANE',
@@ -68,11 +76,12 @@ const ENV: Record<Keys, string> = {
   simulateGpus: 'ANVIL_SIMULATE_GPUS',
   nvmlLibrary: 'ANVIL_NVML_LIBRARY',
   logLevel: 'ANVIL_LOG_LEVEL',
+  hostImages: 'ANVIL_HOST_IMAGES',
 };
 
 export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-token <token>] [--state-dir <dir>]
                        [--volume-root <dir>] [--simulate-gpus 2xH100] [--nvml-library <path>]
-                       [--log-level info] [--config <file.json>]
+                       [--log-level info] [--host-images 'ref,prefix/*'] [--config <file.json>]
 Each flag also reads from an ANVIL_* environment variable or the JSON config file (see agent/README.md).`;
 
 export class ConfigError extends Error {
@@ -169,6 +178,10 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
       simulateGpus,
       nvmlLibrary: pick('nvmlLibrary') ?? null,
       logLevel,
+      hostImages: (pick('hostImages') ?? '')
+        .split(',')
+        .map((entry) => entry.trim())
+        .filter((entry) => entry !== ''),
     },
   };
 }

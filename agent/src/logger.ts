@@ -17,6 +17,9 @@ export function createLogger(level: string): Logger {
         '*.files[*].contentBase64',
         '*.workloads[*].secretEnv',
         '*.workloads[*].files[*].contentBase64',
+        // Registry credentials of a pull (WorkloadSpec.registryAuth).
+        '*.registryAuth',
+        '*.workloads[*].registryAuth',
       ],
       censor: '[redacted]',
     },

@@ -51,7 +51,7 @@ function canonical(value: unknown): unknown {
 
 /**
  * Hash of everything that shapes the container. The stop grace is left out: changing it should not
- * restart a running workload. So are the secret env and files (contract 5), and the downloads: a rotated secret reaches
+ * restart a running workload. So are the secret env and files (contract 5), the registry credentials and the downloads: a rotated secret reaches
  * the container at its next start instead of recreating it, and the hash (a label anyone can read)
  * says nothing about secret values. Key order is normalised so equal specs hash equal whatever their JSON.
  */
@@ -61,6 +61,7 @@ export function specHash(spec: WorkloadSpec, context: Pick<SpecContext, 'volumeR
     secretEnv: _env,
     files: _files,
     downloads: _downloads,
+    registryAuth: _auth,
     ...shape
   } = spec;
   const text = JSON.stringify(canonical({ shape, volumeRoot: context.volumeRoot, gpuMode: context.gpuMode }));

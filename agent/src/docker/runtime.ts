@@ -1,5 +1,5 @@
 import { mkdir } from 'node:fs/promises';
-import type { DockerInventory, SecretFile, WorkloadSpec } from '@anvil/shared/protocol';
+import type { DockerInventory, RegistryAuth, SecretFile, WorkloadSpec } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { errorMessage, wrapError } from '../errors.ts';
 import { buildCreateOptions, volumeDir } from './container-config.ts';
@@ -54,7 +54,13 @@ export interface ContainerRuntime {
   stop(id: string, graceSeconds: number): Promise<void>;
   remove(id: string): Promise<void>;
   imageExists(image: string): Promise<boolean>;
-  pull(image: string, onProgress: (event: PullProgressEvent) => void): Promise<void>;
+  pull(
+    image: string,
+    onProgress: (event: PullProgressEvent) => void,
+    auth?: RegistryAuth | null,
+  ): Promise<void>;
+  /** The image's labels, or null when it is not on the host (optional: test doubles may omit it). */
+  imageLabels?(image: string): Promise<Record<string, string> | null>;
   /** Multiplexed stdout/stderr with timestamps, following until the container stops. */
   followLogs(id: string, sinceSeconds: number): Promise<NodeJS.ReadableStream>;
   stats(id: string): Promise<ContainerStats | null>;
@@ -281,7 +287,17 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
       }
     },
 
-    pull: (image, onProgress) => pullImage(docker, image, onProgress),
+    pull: (image, onProgress, auth) => pullImage(docker, image, onProgress, auth ?? null),
+
+    async imageLabels(image) {
+      try {
+        const details = await docker.getImage(image).inspect();
+        return (details.Config?.Labels as Record<string, string> | null | undefined) ?? {};
+      } catch (err) {
+        if (isNotFound(err)) return null;
+        throw wrapError(`inspect image ${image}`, err);
+      }
+    },
 
     async followLogs(id, sinceSeconds) {
       try {

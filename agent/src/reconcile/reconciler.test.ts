@@ -7,7 +7,7 @@ import type Dockerode from 'dockerode';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
-import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
+import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../../../test/fixtures/images/busybox.ts';
 import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
 import { systemClock } from '../clock.ts';
 import { buildCreateOptions } from '../docker/container-config.ts';
@@ -39,6 +39,7 @@ function setup(
     onActualState: (r) => reports.push(r),
     onPullProgress: (p) => pulls.push(p),
     passRetryMs,
+    hostImages: TEST_HOST_IMAGES,
   });
   return { reconciler, changes, reports, pulls };
 }

@@ -300,7 +300,7 @@ export class ClusterOperations {
       {
         name: 'commit_workload',
         workloadId: cluster.id,
-        repository: snapshotRepository(cluster.id),
+        repository: snapshotRepository(cluster.accountId, cluster.id),
         tag,
         comment: `Anvil ${op.kind} snapshot of ${cluster.id}`,
       },
@@ -380,7 +380,7 @@ export class ClusterOperations {
     const answer = await this.command(cluster, op, {
       name: 'remove_snapshots',
       workloadId: cluster.id,
-      repository: snapshotRepository(cluster.id),
+      repository: snapshotRepository(cluster.accountId, cluster.id),
       keep: op.snapshot.snapshot_id ? [op.snapshot.snapshot_id] : [],
     });
     if (answer) recordRemoval(cleanup, answer as Parameters<typeof recordRemoval>[1]);

@@ -7,6 +7,7 @@ import { closeSession } from '../billing/sessions.ts';
 import type { Cluster, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
+import { requireOwnImage } from '../images/snapshot-images.ts';
 import { type Allocator, TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { GpuType } from '../scheduler/gpu-types.ts';
 import type { PlacementRequest } from '../scheduler/placement.ts';
@@ -112,6 +113,7 @@ export class ClusterService {
     }
     const now = this.d.clock.now();
     const input = resolveCreate(body, template, now);
+    requireOwnImage(accountId, input.dockerImage);
     const id = newId('cluster');
     // Registering enforces the role's maxClusters and makes the cluster shareable.
     await this.d.accounts.resources.register(actor, { id, name: input.name, type: 'cluster' });
@@ -248,8 +250,10 @@ export class ClusterService {
       select: { id: true, actualStatus: true },
     });
     const ports = new Map<string, ActualPorts>();
+    const statuses = new Map<string, WorkloadStatus | null>();
     for (const w of workloads) {
       const status = w.actualStatus as WorkloadStatus | null;
+      statuses.set(w.id, status);
       ports.set(
         w.id,
         new Map((status?.ports ?? []).map((p) => [`${p.containerPort}/${p.protocol}`, p.hostPort])),
@@ -263,6 +267,7 @@ export class ClusterService {
           now,
           parts: this.#parts,
           actualPorts: ports.get(cluster.id) ?? new Map(),
+          actualStatus: statuses.get(cluster.id) ?? null,
           withMetrics,
         }),
       ),

@@ -156,6 +156,25 @@ export const Cluster = Type.Object(
     project_id: Nullable(Type.String()),
     template_id: Nullable(Type.String()),
     docker_image: Type.String(),
+    image_pull: Nullable(
+      Type.Object(
+        {
+          status: Type.Literal('pulling'),
+          image: Type.String(),
+          bytes_done: Type.Integer({ description: "Bytes of the image's layers downloaded so far" }),
+          bytes_total: Nullable(
+            Type.Integer({
+              description: 'Bytes of every layer to download; null until Docker has announced every size',
+            }),
+          ),
+        },
+        {
+          description:
+            'While the host pulls the image before creating the container (status starting): how far it got. ' +
+            'Null otherwise. A refused or missing image puts the cluster in `error`, with the registry\'s reason in status_reason.',
+        },
+      ),
+    ),
     ssh_enabled: Type.Boolean(),
     port_mappings: Type.Array(PortMapping),
     proxy_url: Nullable(Type.String()),
