@@ -23,14 +23,27 @@ export type PullState =
   | { kind: 'pulled'; hash: string }
   | { kind: 'failed'; hash: string; error: string; retryAt: number };
 
+/** The statuses of Docker's progress lines about one layer. */
+const LAYER_STATUSES = new Set([
+  'Pulling fs layer',
+  'Waiting',
+  'Downloading',
+  'Verifying Checksum',
+  'Download complete',
+  'Extracting',
+  'Pull complete',
+  'Already exists',
+]);
+
 /** Layer ids Docker reports, with what each has downloaded; layers the host already has are left out. */
 class LayerTally {
   readonly #layers = new Map<string, { current: number; total: number | null }>();
 
   add(event: PullProgressEvent): void {
     const id = event.layer;
-    if (!id || /^[a-z0-9.-]+:/.test(id)) return; // the tag line ("latest: Pulling from ...")
     const status = event.status;
+    // Other lines name the tag ("Pulling from ...", "Digest: ..."), not a layer.
+    if (!id || !LAYER_STATUSES.has(status)) return;
     if (status === 'Already exists') {
       this.#layers.delete(id);
       return;
@@ -66,6 +79,7 @@ class LayerTally {
 export class ImagePuller {
   readonly #states = new Map<string, PullState>();
   readonly #lastReport = new Map<string, number>();
+  readonly #trailing = new Map<string, { send: () => void; timer: unknown }>();
 
   constructor(
     private readonly runtime: ContainerRuntime,
@@ -143,27 +157,49 @@ export class ImagePuller {
       .finally(() => this.options.onSettled());
   }
 
-  /** Docker sends a progress line per layer many times a second: pass on the sum at most once a second. */
+  /**
+   * Docker sends a progress line per layer many times a second: pass on the sum at most once a second.
+   * The last line of a burst is sent when its second is up (a pull held up by a slow registry sends no
+   * more lines, and its last figures must not be lost).
+   */
   #progress(image: string, workloadId: string, event: PullProgressEvent, bytes: PullBytes): void {
-    const now = this.options.clock.now();
+    const { clock } = this.options;
+    const send = () => {
+      this.#lastReport.set(workloadId, clock.now());
+      this.options.onBytes(workloadId, bytes);
+      this.options.onProgress({
+        image,
+        workloadId,
+        status: event.status,
+        layer: null,
+        current: bytes.bytesDone,
+        total: bytes.bytesTotal,
+        done: false,
+        error: null,
+      });
+    };
     const last = this.#lastReport.get(workloadId);
-    if (last !== undefined && now - last < 1_000) return;
-    this.#lastReport.set(workloadId, now);
-    this.options.onBytes(workloadId, bytes);
-    this.options.onProgress({
-      image,
-      workloadId,
-      status: event.status,
-      layer: null,
-      current: bytes.bytesDone,
-      total: bytes.bytesTotal,
-      done: false,
-      error: null,
-    });
+    const wait = last === undefined ? 0 : last + 1_000 - clock.now();
+    const pending = this.#trailing.get(workloadId);
+    if (pending) pending.send = send;
+    else if (wait <= 0) send();
+    else {
+      const trailing = { send, timer: null as unknown };
+      trailing.timer = clock.setTimeout(() => {
+        this.#trailing.delete(workloadId);
+        if (this.#states.get(workloadId)?.kind === 'pulling') trailing.send();
+      }, wait);
+      this.#trailing.set(workloadId, trailing);
+    }
   }
 
   #report(report: PullReport): void {
-    if (report.workloadId) this.#lastReport.delete(report.workloadId);
+    if (report.workloadId) {
+      this.#lastReport.delete(report.workloadId);
+      const trailing = this.#trailing.get(report.workloadId);
+      if (trailing) this.options.clock.clearTimeout(trailing.timer);
+      this.#trailing.delete(report.workloadId);
+    }
     this.options.onProgress(report);
   }
 }
