@@ -269,6 +269,10 @@ export function createAgent(options: AgentOptions): Agent {
         );
         return outcome;
       }
+      case 'list_snapshots': {
+        if (!options.runtime.listSnapshots) throw new Error('this container runtime cannot list images');
+        return { images: await options.runtime.listSnapshots(command) };
+      }
       case 'remove_volume': {
         // The id matched the protocol's WorkloadId pattern (no slashes, no leading dot), so this stays under volumeRoot.
         const dir = volumeDir(options.volumeRoot, command.workloadId);

@@ -228,9 +228,24 @@ describe.skipIf(!dockerAvailable() || !existsSync(REGISTRY_BINARY))(
       expect(refused.json().error).toMatchObject({ code: 'FORBIDDEN', details: { field: 'docker_image' } });
       expect(refused.json().error.message).toContain('snapshot of another account');
 
-      const own = await create('restored', snapshot);
+      // Started from the snapshot: placed on the host holding it.
+      const own = await call(fleet.t, {
+        method: 'POST',
+        url: '/v1/clusters',
+        payload: {
+          name: 'restored',
+          from_snapshot: snapshot,
+          gpu_type: 'H100',
+          cpu_cores: 1,
+          memory_gb: 1,
+          storage_gb: 1,
+          command: 'trap "exit 0" TERM; while true; do sleep 1; done',
+        },
+      });
+      if (own.statusCode === 201) clusters.push(own.json().data.id);
       expect(own.statusCode, own.body).toBe(201);
       const id = own.json().data.id as string;
+      expect(own.json().data.docker_image).toBe(snapshot);
       await waitFor(
         'the cluster from the snapshot running',
         async () => {
@@ -240,6 +255,83 @@ describe.skipIf(!dockerAvailable() || !existsSync(REGISTRY_BINARY))(
         },
         120_000,
       );
+    });
+
+    it('lists, starts from and deletes snapshots as objects of their cluster', {
+      timeout: 300_000,
+    }, async () => {
+      const source = clusters[0]!;
+      const snapshot = `anvil-snapshots/${fleet.t.accountId}/${source}:mine`;
+      const listed = await call(fleet.t, { url: `/v1/clusters/${source}/snapshots` });
+      expect(listed.statusCode, listed.body).toBe(200);
+      const [entry, ...more] = listed.json().data.snapshots;
+      expect(more).toEqual([]);
+      const imageId = (await fleet.docker.getImage(snapshot).inspect()).Id;
+      expect(entry).toMatchObject({ id: imageId, name: snapshot, names: [snapshot], host_id: fleet.hostId });
+      expect(entry.size_bytes).toBeGreaterThan(0);
+      // Another account sees no such cluster, and may not start from the snapshot by name either.
+      expect((await call(fleet.t, { url: `/v1/clusters/${source}/snapshots`, key: other })).statusCode).toBe(
+        404,
+      );
+      const theirs = await call(fleet.t, {
+        method: 'POST',
+        url: '/v1/clusters',
+        key: other,
+        payload: {
+          name: 'stolen2',
+          from_snapshot: snapshot,
+          gpu_type: 'H100',
+          cpu_cores: 1,
+          memory_gb: 1,
+          storage_gb: 1,
+        },
+      });
+      expect(theirs.statusCode, theirs.body).toBe(403);
+      expect(theirs.json().error.details).toMatchObject({ field: 'from_snapshot' });
+      const unknown = await call(fleet.t, {
+        method: 'POST',
+        url: '/v1/clusters',
+        payload: {
+          name: 'x',
+          from_snapshot: `${snapshot}-none`,
+          gpu_type: 'H100',
+          cpu_cores: 1,
+          memory_gb: 1,
+          storage_gb: 1,
+        },
+      });
+      expect(unknown.statusCode, unknown.body).toBe(404);
+      expect(unknown.json().error.code).toBe('SNAPSHOT_NOT_FOUND');
+
+      // The cluster started from it (previous test) still runs from the image: the delete is refused.
+      const restored = clusters.at(-1)!;
+      const busy = await call(fleet.t, {
+        method: 'DELETE',
+        url: `/v1/clusters/${source}/snapshots/${encodeURIComponent(imageId)}`,
+      });
+      expect(busy.statusCode, busy.body).toBe(409);
+      const gone = await call(fleet.t, {
+        method: 'DELETE',
+        url: `/v1/clusters/${restored}`,
+        payload: { confirm_deletion: 'DELETE', wait_for_completion: true, force: true },
+      });
+      expect(gone.statusCode, gone.body).toBe(200);
+      const deleted = await call(fleet.t, {
+        method: 'DELETE',
+        url: `/v1/clusters/${source}/snapshots/${encodeURIComponent(imageId)}`,
+      });
+      expect(deleted.statusCode, deleted.body).toBe(200);
+      expect(deleted.json().data).toMatchObject({ id: imageId, name: snapshot });
+      await expect(fleet.docker.getImage(snapshot).inspect()).rejects.toThrow();
+      expect(
+        (await call(fleet.t, { url: `/v1/clusters/${source}/snapshots` })).json().data.snapshots,
+      ).toEqual([]);
+      const again = await call(fleet.t, {
+        method: 'DELETE',
+        url: `/v1/clusters/${source}/snapshots/${encodeURIComponent(imageId)}`,
+      });
+      expect(again.statusCode).toBe(404);
+      expect(again.json().error.code).toBe('SNAPSHOT_NOT_FOUND');
     });
   },
 );

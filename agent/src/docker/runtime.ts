@@ -78,7 +78,16 @@ export interface ContainerRuntime {
     workloadId: string;
     repository: string;
     keep: string[];
+    only?: string[];
   }): Promise<SnapshotRemoval>;
+  /** A workload's snapshot images (see the list_snapshots command). */
+  listSnapshots?(target: { workloadId: string; repository: string }): Promise<SnapshotListing[]>;
+}
+
+export interface SnapshotListing extends SnapshotImage {
+  sizeBytes: number | null;
+  /** ISO 8601. */
+  createdAt: string;
 }
 
 export interface SnapshotImage {
@@ -151,6 +160,20 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
     } catch (err) {
       throw new Error(`put ${files.map((f) => f.path).join(', ')}: ${dockerMessage(err)}`, { cause: err });
     }
+  }
+
+  /** Images tagged in `repository` and committed from this workload's container, with those tags. */
+  async function snapshotImages(workloadId: string, repository: string) {
+    let images: Dockerode.ImageInfo[];
+    try {
+      images = await docker.listImages({ filters: { reference: [repository] } });
+    } catch (err) {
+      throw wrapError(`list images of ${repository}`, err);
+    }
+    return images.flatMap((image) => {
+      const tags = (image.RepoTags ?? []).filter((t) => t.startsWith(`${repository}:`));
+      return tags.length > 0 && image.Labels?.[LABELS.workload] === workloadId ? [{ image, tags }] : [];
+    });
   }
 
   return {
@@ -337,18 +360,19 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
       }
     },
 
-    async removeSnapshots({ workloadId, repository, keep }) {
-      let images: Dockerode.ImageInfo[];
-      try {
-        images = await docker.listImages({ filters: { reference: [repository] } });
-      } catch (err) {
-        throw wrapError(`list images of ${repository}`, err);
-      }
+    async listSnapshots({ workloadId, repository }) {
+      return (await snapshotImages(workloadId, repository)).map(({ image, tags }) => ({
+        imageId: image.Id,
+        tags,
+        sizeBytes: typeof image.Size === 'number' ? image.Size : null,
+        createdAt: new Date(image.Created * 1000).toISOString(),
+      }));
+    },
+
+    async removeSnapshots({ workloadId, repository, keep, only }) {
       const result: SnapshotRemoval = { removed: [], failed: [], kept: [] };
-      for (const image of images) {
-        // Only this repository's tags, and only images committed from this workload's container.
-        const tags = (image.RepoTags ?? []).filter((t) => t.startsWith(`${repository}:`));
-        if (tags.length === 0 || image.Labels?.[LABELS.workload] !== workloadId) continue;
+      for (const { image, tags } of await snapshotImages(workloadId, repository)) {
+        if (only && !only.includes(image.Id)) continue;
         const entry = { imageId: image.Id, tags };
         if (keep.includes(image.Id)) {
           result.kept.push(entry);

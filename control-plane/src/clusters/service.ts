@@ -13,6 +13,7 @@ import type { GpuType } from '../scheduler/gpu-types.ts';
 import type { PlacementRequest } from '../scheduler/placement.ts';
 import type { WorkloadSpecInput } from '../workloads/workloads.ts';
 import { ClusterAccess, notFound } from './access.ts';
+import { snapshotSource } from './from-snapshot.ts';
 import {
   type BillingCutoff,
   DELETE_PHASES,
@@ -112,6 +113,21 @@ export class ClusterService {
       template = await this.#templates.resolveForCluster(accountId, body.template_id);
     }
     const now = this.d.clock.now();
+    let snapshot: { image: string; hostId: string } | null = null;
+    if (body.from_snapshot !== undefined) {
+      snapshot = await snapshotSource(this.d, accountId, body.from_snapshot);
+      if (body.docker_image !== undefined && body.docker_image.toLowerCase() !== snapshot.image) {
+        throw new ApiError(
+          'VALIDATION_ERROR',
+          'give docker_image or from_snapshot, not two different images',
+          {
+            field: 'docker_image',
+            reason: 'differs from from_snapshot',
+          },
+        );
+      }
+      body = { ...body, docker_image: snapshot.image };
+    }
     const input = resolveCreate(body, template, now);
     requireOwnImage(accountId, input.dockerImage);
     const id = newId('cluster');
@@ -150,7 +166,11 @@ export class ClusterService {
       throw error;
     }
     // Creates arriving together share placement statements and commits (Allocator.allocateJoined).
-    const outcome = await this.d.allocator.allocateJoined(id, placementRequestOf(created, false));
+    const request = placementRequestOf(created, false);
+    const outcome = await this.d.allocator.allocateJoined(
+      id,
+      snapshot ? { ...request, region: null, hostId: snapshot.hostId } : request,
+    );
     if (outcome.kind === 'impossible') {
       await this.d.db.prisma.cluster.delete({ where: { id } });
       await this.d.accounts.resources.remove(accountId, id);
@@ -163,6 +183,16 @@ export class ClusterService {
           requestedGpuCount: input.gpuCount,
           region: input.region,
         },
+      );
+    }
+    if (snapshot && outcome.kind !== 'placed') {
+      // A pending cluster is placed later on any host, where its snapshot is not: refuse it now instead.
+      await this.d.db.prisma.cluster.delete({ where: { id } });
+      await this.d.accounts.resources.remove(accountId, id);
+      throw new ApiError(
+        'CONFLICT',
+        `the host holding snapshot ${snapshot.image} has no room for ${input.gpuCount} x ${input.gpuType} now`,
+        { field: 'from_snapshot', host_id: snapshot.hostId },
       );
     }
     if (outcome.kind === 'placed') await this.ensureWorkload(id);

@@ -208,6 +208,17 @@ export const CommandBody = Type.Union([
     workloadId: WorkloadId,
     repository: Type.String({ pattern: '^[a-z0-9]+([._/-][a-z0-9]+)*$', maxLength: 200 }),
     keep: Type.Array(Type.String({ maxLength: 200 }), { maxItems: 100 }),
+    /** When given, only these image ids are removed (one snapshot deleted); the rest are left alone. */
+    only: Type.Optional(Type.Array(Type.String({ maxLength: 200 }), { maxItems: 100 })),
+  }),
+  /**
+   * The workload's snapshots on this host: images tagged `repository:*` whose `anvil.workload` label
+   * names the workload. Answers {images: [{imageId, tags, sizeBytes, createdAt}]}.
+   */
+  Type.Object({
+    name: Type.Literal('list_snapshots'),
+    workloadId: WorkloadId,
+    repository: Type.String({ pattern: '^[a-z0-9]+([._/-][a-z0-9]+)*$', maxLength: 200 }),
   }),
 ]);
 export type CommandBody = Static<typeof CommandBody>;

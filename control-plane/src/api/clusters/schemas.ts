@@ -35,6 +35,19 @@ export const CreateClusterBody = Type.Object(
     docker_image: Type.Optional(
       Type.String({ minLength: 1, maxLength: 512, description: 'Required unless the template names one' }),
     ),
+    from_snapshot: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 512,
+        description:
+          "Start the cluster from one of this account's snapshots: its name as GET /v1/clusters/{id}/snapshots " +
+          'lists it (anvil-snapshots/<account id>/<cluster id>:<tag>). It becomes the docker_image (give one or ' +
+          'the other, or the same); the cluster is placed on the host that holds the snapshot, and is refused ' +
+          "(409 CONFLICT) while that host has no room. Another account's snapshot: 403 FORBIDDEN; an unknown " +
+          'one: 404 SNAPSHOT_NOT_FOUND; its host not connected: 409 HOST_NOT_CONNECTED. The snapshot holds the ' +
+          "container's files outside /workspace; /workspace is the cluster's own new volume.",
+      }),
+    ),
     gpu_type: Type.Optional(GpuType),
     gpu_count: size('gpu_count', 'GPUs, all of gpu_type, on one host'),
     cpu_cores: size('cpu_cores', 'CPU cores (a limit, and counted against the host threads)'),
@@ -171,7 +184,7 @@ export const Cluster = Type.Object(
         {
           description:
             'While the host pulls the image before creating the container (status starting): how far it got. ' +
-            'Null otherwise. A refused or missing image puts the cluster in `error`, with the registry\'s reason in status_reason.',
+            "Null otherwise. A refused or missing image puts the cluster in `error`, with the registry's reason in status_reason.",
         },
       ),
     ),
