@@ -248,7 +248,10 @@ export function createAgent(options: AgentOptions): Agent {
         const container = await managedContainer(command.workloadId);
         if (!container) throw new Error(`no container for workload ${command.workloadId}`);
         if (!options.runtime.commit) throw new Error('this container runtime cannot commit containers');
-        const image = await options.runtime.commit(container.id, command);
+        const image = await options.runtime.commit(container.id, {
+          ...command,
+          volumeDir: command.includeVolume ? volumeDir(options.volumeRoot, command.workloadId) : null,
+        });
         logger.info(
           { workloadId: command.workloadId, imageId: image.imageId },
           'workload committed to an image',

@@ -6,6 +6,7 @@ import { createLogger as agentLogger } from '../../agent/src/logger.ts';
 import { createLogger as controlPlaneLogger } from '../../control-plane/src/logger.ts';
 import { addAccount, call, type TestMember } from '../../control-plane/src/testing/accounts.ts';
 import { type ClusterFleet, startClusterFleet, waitFor } from '../clusters/harness.ts';
+import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
 import { dockerAvailable } from '../fixtures/images/docker.ts';
 import { uniqueImage } from '../fixtures/images/unique.ts';
 import {
@@ -74,9 +75,7 @@ describe.skipIf(!dockerAvailable() || !existsSync(REGISTRY_BINARY))(
       await fleet?.close();
       await held?.close();
       await registry?.close();
-      const images = await fleet.docker.listImages({
-        filters: { reference: [`${held.address}/private-${run}/busybox`] },
-      });
+      const images = image ? [{ Id: image }] : [];
       const snapshots = await fleet.docker.listImages({
         filters: { reference: clusters.map((id) => `anvil-snapshots/${fleet.t.accountId}/${id}`) },
       });
@@ -87,6 +86,37 @@ describe.skipIf(!dockerAvailable() || !existsSync(REGISTRY_BINARY))(
           .catch(() => {});
     });
 
+    const running = (id: string) =>
+      waitFor(
+        `${id} running`,
+        async () => {
+          const view = await get(id);
+          if (view.status === 'error') throw new Error(`cluster in error: ${view.status_reason}`);
+          return view.status === 'running';
+        },
+        120_000,
+      );
+    const execText = async (containerId: string, cmd: string[]) => {
+      const exec = await fleet.docker
+        .getContainer(containerId)
+        .exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true });
+      const stream = await exec.start({ hijack: true, stdin: false });
+      const chunks: Buffer[] = [];
+      await new Promise<void>((resolve, reject) => {
+        stream.on('data', (c: Buffer) => chunks.push(c));
+        stream.on('end', () => resolve());
+        stream.on('error', reject);
+      });
+      // Docker's multiplexed frames: an 8-byte header before each payload.
+      const all = Buffer.concat(chunks);
+      let out = '';
+      for (let i = 0; i + 8 <= all.length; ) {
+        const size = all.readUInt32BE(i + 4);
+        out += all.subarray(i + 8, i + 8 + size).toString();
+        i += 8 + size;
+      }
+      return out;
+    };
     const setRegistry = (key: TestMember | undefined, token: string) =>
       call(fleet.t, {
         method: 'PUT',
@@ -101,7 +131,7 @@ describe.skipIf(!dockerAvailable() || !existsSync(REGISTRY_BINARY))(
       });
     const get = async (id: string, key?: TestMember) =>
       (await call(fleet.t, { url: `/v1/clusters/${id}`, ...(key ? { key } : {}) })).json().data;
-    const create = async (name: string, dockerImage: string, key?: TestMember) => {
+    const create = async (name: string, dockerImage: string, key?: TestMember, script?: string[]) => {
       const r = await call(fleet.t, {
         method: 'POST',
         url: '/v1/clusters',
@@ -113,7 +143,7 @@ describe.skipIf(!dockerAvailable() || !existsSync(REGISTRY_BINARY))(
           cpu_cores: 1,
           memory_gb: 1,
           storage_gb: 1,
-          command: 'trap "exit 0" TERM; while true; do sleep 1; done',
+          command: script ? script.join('; ') : 'trap "exit 0" TERM; while true; do sleep 1; done',
         },
       });
       if (r.statusCode === 201) {
@@ -332,6 +362,56 @@ describe.skipIf(!dockerAvailable() || !existsSync(REGISTRY_BINARY))(
       });
       expect(again.statusCode).toBe(404);
       expect(again.json().error.code).toBe('SNAPSHOT_NOT_FOUND');
+    });
+
+    it('keeps /workspace in a final snapshot, and a cluster started from it finds its files', {
+      timeout: 300_000,
+    }, async () => {
+      const r = await create('with-files', BUSYBOX_IMAGE, undefined, [
+        `mkdir -p /workspace/d && echo kept-${run} > /workspace/d/note.txt`,
+        'trap "exit 0" TERM; while true; do sleep 1; done',
+      ]);
+      expect(r.statusCode, r.body).toBe(201);
+      const source = r.json().data.id as string;
+      await running(source);
+      const deleted = await call(fleet.t, {
+        method: 'DELETE',
+        url: `/v1/clusters/${source}`,
+        payload: {
+          confirm_deletion: 'DELETE',
+          wait_for_completion: true,
+          force: true,
+          create_final_snapshot: true,
+          snapshot_name: 'final',
+        },
+      });
+      expect(deleted.statusCode, deleted.body).toBe(200);
+      const snapshot = `anvil-snapshots/${fleet.t.accountId}/${source}:final`;
+      expect(deleted.json().data.final_snapshot).toMatchObject({ snapshot_name: snapshot });
+      expect((await fleet.docker.getImage(snapshot).inspect()).Config.Labels).toMatchObject({
+        'anvil.workspace': '/workspace',
+        'anvil.account': fleet.t.accountId,
+      });
+
+      const from = await call(fleet.t, {
+        method: 'POST',
+        url: '/v1/clusters',
+        payload: {
+          name: 'from-final',
+          from_snapshot: snapshot,
+          gpu_type: 'H100',
+          cpu_cores: 1,
+          memory_gb: 1,
+          storage_gb: 1,
+          command: 'trap "exit 0" TERM; while true; do sleep 1; done',
+        },
+      });
+      expect(from.statusCode, from.body).toBe(201);
+      const id = from.json().data.id as string;
+      clusters.push(id);
+      await running(id);
+      const [container] = await fleet.docker.listContainers({ filters: { label: [`anvil.workload=${id}`] } });
+      expect(await execText(container!.Id, ['cat', '/workspace/d/note.txt'])).toBe(`kept-${run}\n`);
     });
   },
 );

@@ -303,6 +303,8 @@ export class ClusterOperations {
         repository: snapshotRepository(cluster.accountId, cluster.id),
         tag,
         comment: `Anvil ${op.kind} snapshot of ${cluster.id}`,
+        // The final snapshot keeps /workspace, which the delete removes next; a stop keeps the volume itself.
+        includeVolume: op.kind === 'delete',
       },
       remainingMs,
     )) as { imageId: string; sizeBytes: number | null; repository: string; tag: string } | null;

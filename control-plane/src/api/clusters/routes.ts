@@ -69,10 +69,13 @@ const IMAGES =
   'an account run it. While it is pulled the cluster is `starting` with image_pull {status `pulling`, ' +
   "bytes_done, bytes_total}; a refused or missing image puts the cluster in `error` with the registry's " +
   'reason in status_reason. A snapshot image (anvil-snapshots/<account id>/<cluster id>:<tag>, from stop ' +
-  'with save_state or a final snapshot) starts a cluster from that snapshot: only the account that made it ' +
-  'may use it (another account gets 403 FORBIDDEN with details.field docker_image), and it runs on the host ' +
-  'that holds it. Images the operator lists as host images on an agent (ANVIL_HOST_IMAGES) run there for ' +
-  'every account without a pull.';
+  'with save_state or a final snapshot) is usable only by the account that made it (another account gets 403 ' +
+  'FORBIDDEN with details.field docker_image); it exists only on the host that made it, so start from it with ' +
+  'from_snapshot, which places the cluster there. Images the operator lists as host images on an agent (ANVIL_HOST_IMAGES) run there for ' +
+  'every account without a pull. Snapshots: GET /v1/clusters/{id}/snapshots lists them, DELETE ' +
+  '/v1/clusters/{id}/snapshots/{snapshot_id} removes one, and from_snapshot starts a cluster from one on the ' +
+  'host that holds it. A final snapshot (delete with create_final_snapshot) also keeps /workspace: the ' +
+  "volume's files become a layer of the image, and a cluster started from it gets them in its new volume.";
 
 const LIST =
   'Filters: status, gpu_type, region, project_id, template_id (exact), search (case-insensitive substring of ' +

@@ -44,8 +44,9 @@ export const CreateClusterBody = Type.Object(
           'lists it (anvil-snapshots/<account id>/<cluster id>:<tag>). It becomes the docker_image (give one or ' +
           'the other, or the same); the cluster is placed on the host that holds the snapshot, and is refused ' +
           "(409 CONFLICT) while that host has no room. Another account's snapshot: 403 FORBIDDEN; an unknown " +
-          'one: 404 SNAPSHOT_NOT_FOUND; its host not connected: 409 HOST_NOT_CONNECTED. The snapshot holds the ' +
-          "container's files outside /workspace; /workspace is the cluster's own new volume.",
+          'one: 404 SNAPSHOT_NOT_FOUND; its host not connected: 409 HOST_NOT_CONNECTED. A final snapshot (delete ' +
+          'with create_final_snapshot) also carries /workspace: the new volume starts with its files; a stop ' +
+          "snapshot holds the container's files outside /workspace (the new volume starts empty).",
       }),
     ),
     gpu_type: Type.Optional(GpuType),
