@@ -255,7 +255,7 @@ describe.skipIf(!dockerAvailable())('cluster lifecycle with a real agent and Doc
     });
     snapshots.push(`anvil-snapshots/${t.accountId}/${a.id}:final`);
     expect(await containerOf(a.id)).toBeNull();
-    expect(existsSync(volumeOf(a.id))).toBe(false);
+    expect(existsSync(volumeOf(a.id)), delA.body).toBe(false);
     expect(await t.context.db.prisma.usageRecord.count({ where: { resourceId: a.id } })).toBe(2);
 
     await call(t, {

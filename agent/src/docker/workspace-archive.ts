@@ -32,15 +32,26 @@ function tar(
   return { stdout: child.stdout as NodeJS.ReadableStream, done };
 }
 
-/** A container made from `image` only to copy files in or out; never started, removed after `use`. */
+/**
+ * A container made from `image` only to copy files in or out; never started, removed after `use`. A
+ * snapshot image carries its workload container's `anvil.*` labels, which would make the reconciler take
+ * this container for the workload's own: they are blanked on it, and handed to `use` to restore.
+ */
 async function withScratch<T>(
   docker: Dockerode,
   image: string,
-  use: (container: Dockerode.Container) => Promise<T>,
+  use: (container: Dockerode.Container, ownLabels: Record<string, string>) => Promise<T>,
 ): Promise<T> {
-  const container = await docker.createContainer({ Image: image, Cmd: ['true'], NetworkDisabled: true });
+  const labels = (await docker.getImage(image).inspect()).Config?.Labels ?? {};
+  const ownLabels = Object.fromEntries(Object.entries(labels).filter(([key]) => key.startsWith('anvil.')));
+  const container = await docker.createContainer({
+    Image: image,
+    Cmd: ['true'],
+    NetworkDisabled: true,
+    Labels: Object.fromEntries(Object.keys(ownLabels).map((key) => [key, ''])),
+  });
   try {
-    return await use(container);
+    return await use(container, ownLabels);
   } finally {
     await container.remove({ force: true }).catch(() => {});
   }
@@ -58,7 +69,7 @@ export async function addWorkspaceLayer(
   containerPath: string,
   target: { repository: string; tag: string; comment: string | null },
 ): Promise<string> {
-  return withScratch(docker, committed, async (scratch) => {
+  return withScratch(docker, committed, async (scratch, ownLabels) => {
     const pack = tar(['-C', hostDir, '-cf', '-', '.'], {});
     try {
       await scratch.putArchive(pack.stdout as never, { path: containerPath });
@@ -70,7 +81,10 @@ export async function addWorkspaceLayer(
       repo: target.repository,
       tag: target.tag,
       comment: target.comment ?? undefined,
-      changes: `LABEL ${WORKSPACE_LABEL}=${containerPath}`,
+      // The labels the scratch container blanked come back, with the workspace's.
+      changes: `LABEL ${Object.entries({ ...ownLabels, [WORKSPACE_LABEL]: containerPath })
+        .map(([key, value]) => `${key}=${JSON.stringify(value)}`)
+        .join(' ')}`,
       pause: false,
     })) as { Id?: string };
     return result.Id ?? '';
