@@ -48,6 +48,8 @@ export interface AgentOptions {
   stateDir: string;
   /** Per-workload volume directories live under this root. */
   volumeRoot: string;
+  /** Images every account may run without a pull (ReconcilerOptions.hostImages). */
+  hostImages?: readonly string[];
   runtime: ContainerRuntime;
   /** The engine's client for reverse tunnels (exec, container addresses); without it tunnels are refused. */
   docker?: Dockerode;
@@ -187,6 +189,7 @@ export function createAgent(options: AgentOptions): Agent {
       runtime: options.runtime,
       hostId,
       volumeRoot: options.volumeRoot,
+      hostImages: options.hostImages ?? [],
       gpuMode: options.gpu.simulated ? 'env-only' : 'device-requests',
       clock,
       logger,
@@ -290,7 +293,10 @@ export function createAgent(options: AgentOptions): Agent {
         const container = await managedContainer(command.workloadId);
         if (!container) throw new Error(`no container for workload ${command.workloadId}`);
         if (!options.runtime.commit) throw new Error('this container runtime cannot commit containers');
-        const image = await options.runtime.commit(container.id, command);
+        const image = await options.runtime.commit(container.id, {
+          ...command,
+          volumeDir: command.includeVolume ? volumeDir(options.volumeRoot, command.workloadId) : null,
+        });
         logger.info(
           { workloadId: command.workloadId, imageId: image.imageId },
           'workload committed to an image',
@@ -310,6 +316,10 @@ export function createAgent(options: AgentOptions): Agent {
           'workload snapshots removed',
         );
         return outcome;
+      }
+      case 'list_snapshots': {
+        if (!options.runtime.listSnapshots) throw new Error('this container runtime cannot list images');
+        return { images: await options.runtime.listSnapshots(command) };
       }
       case 'remove_volume': {
         // The id matched the protocol's WorkloadId pattern (no slashes, no leading dot), so this stays under volumeRoot.

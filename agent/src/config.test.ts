@@ -32,6 +32,7 @@ describe('agent configuration', () => {
       allowInsecureControlPlane: false,
       directPortsAddress: null,
       directPortsRange: null,
+      hostImages: [],
     });
   });
 
@@ -81,6 +82,13 @@ describe('agent configuration', () => {
       ANVIL_DIRECT_PORTS_ADDRESS: '127.0.0.1',
     });
     expect(directPortsOf(ranged)).toEqual({ address: '127.0.0.1', first: 40000, last: 40009 });
+  });
+
+  it('reads the host images as a comma-separated list', async () => {
+    const result = await config(['--control-plane', 'https://cp'], {
+      ANVIL_HOST_IMAGES: 'anvil-test/*, registry.local/base:1 ,',
+    });
+    expect(result.hostImages).toEqual(['anvil-test/*', 'registry.local/base:1']);
   });
 
   it('ranks flags over env over file over defaults', async () => {

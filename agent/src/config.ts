@@ -10,8 +10,12 @@
  *                              ANVIL_LOG_LEVEL, ANVIL_AGENT_CONFIG (path of the config file),
  *                              ANVIL_ALLOW_INSECURE_CONTROL_PLANE
  *                              ANVIL_DIRECT_PORTS_ADDRESS, ANVIL_DIRECT_PORTS_RANGE
+ *                              --simulate-gpus, --nvml-library, --log-level, --host-images, --config
+ *   2. environment variables   ANVIL_CONTROL_PLANE, ANVIL_JOIN_TOKEN, ANVIL_STATE_DIR,
+ *                              ANVIL_VOLUME_ROOT, ANVIL_SIMULATE_GPUS, ANVIL_NVML_LIBRARY,
+ *                              ANVIL_LOG_LEVEL, ANVIL_HOST_IMAGES, ANVIL_AGENT_CONFIG (config file path)
  *   3. JSON config file        { "controlPlane", "joinToken", "stateDir", "volumeRoot",
- *                                "simulateGpus", "nvmlLibrary", "logLevel" }
+ *                                "simulateGpus", "nvmlLibrary", "logLevel", "hostImages" }
  *   4. defaults                stateDir /var/lib/anvil-agent, volumeRoot <stateDir>/volumes,
  *                              logLevel info
  * An empty environment variable counts as unset. Docker is reached through DOCKER_HOST (and
@@ -44,6 +48,12 @@ export interface AgentConfig {
    */
   directPortsAddress: string | null;
   directPortsRange: string | null;
+  /**
+   * Host images: references (or prefixes ending in `*`), comma-separated, of images the operator loaded
+   * on this host and lets EVERY account run without a pull. Empty by default: every image is then pulled
+   * with its account's credentials before each create. See image-policy.ts and the README.
+   */
+  hostImages: string[];
 }
 
 /** The range direct ports are taken from when ANVIL_DIRECT_PORTS_RANGE is not set. */
@@ -72,6 +82,7 @@ const ConfigFile = Type.Object(
     allowInsecureControlPlane: Type.Optional(Type.String()),
     directPortsAddress: Type.Optional(Type.String()),
     directPortsRange: Type.Optional(Type.String()),
+    hostImages: Type.Optional(Type.String()),
   },
   // A misspelt key would otherwise be ignored in silence.
   { additionalProperties: false },
@@ -89,6 +100,7 @@ const FLAGS: Record<Keys, string> = {
   allowInsecureControlPlane: 'allow-insecure-control-plane',
   directPortsAddress: 'direct-ports-address',
   directPortsRange: 'direct-ports-range',
+  hostImages: 'host-images',
 };
 const ENV: Record<Keys, string> = {
   controlPlane: 'ANVIL_CONTROL_PLANE',
@@ -101,6 +113,7 @@ const ENV: Record<Keys, string> = {
   allowInsecureControlPlane: 'ANVIL_ALLOW_INSECURE_CONTROL_PLANE',
   directPortsAddress: 'ANVIL_DIRECT_PORTS_ADDRESS',
   directPortsRange: 'ANVIL_DIRECT_PORTS_RANGE',
+  hostImages: 'ANVIL_HOST_IMAGES',
 };
 
 export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-token <token>] [--state-dir <dir>]
@@ -108,6 +121,7 @@ export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-toke
                        [--log-level info] [--config <file.json>]
                        [--allow-insecure-control-plane true]   (needed for ws:// or http:// off loopback)
                        [--direct-ports-address <ip>] [--direct-ports-range 30000-32767]
+                       [--log-level info] [--host-images 'ref,prefix/*'] [--config <file.json>]
 Each flag also reads from an ANVIL_* environment variable or the JSON config file (see agent/README.md).`;
 
 export class ConfigError extends Error {
@@ -239,6 +253,10 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
       allowInsecureControlPlane,
       directPortsAddress,
       directPortsRange,
+      hostImages: (pick('hostImages') ?? '')
+        .split(',')
+        .map((entry) => entry.trim())
+        .filter((entry) => entry !== ''),
     },
   };
 }

@@ -42,6 +42,12 @@ async function main(): Promise<number> {
     },
     'anvil agent starting',
   );
+  if (config.hostImages.length > 0) {
+    logger.warn(
+      { hostImages: config.hostImages },
+      'HOST IMAGES: these images run for EVERY account without a pull; only list images you loaded and trust',
+    );
+  }
 
   // Dockerode reads DOCKER_HOST (unix://, tcp://, ssh://) and DOCKER_TLS_VERIFY itself.
   const docker = new Dockerode();
@@ -57,6 +63,7 @@ async function main(): Promise<number> {
     joinToken: config.joinToken,
     stateDir: config.stateDir,
     volumeRoot: config.volumeRoot,
+    hostImages: config.hostImages,
     runtime,
     docker,
     gpu,

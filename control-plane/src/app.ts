@@ -14,6 +14,7 @@ import { apiKeyRoutes } from './api/auth/api-keys.routes.ts';
 import { rateLimitRoutes } from './api/auth/rate-limits.routes.ts';
 import { clusterTelemetryRoutes } from './api/cluster-telemetry/routes.ts';
 import { clusterRoutes } from './api/clusters/routes.ts';
+import { clusterSnapshotRoutes } from './api/clusters/snapshot-routes.ts';
 import { datasetRoutes } from './api/datasets/routes.ts';
 import { datasetUploadRoutes } from './api/datasets/upload.routes.ts';
 import { executionRoutes } from './api/endpoints/execution.routes.ts';
@@ -116,6 +117,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(adminAccountRoutes, { context });
   await app.register(metricsRoutes, { context });
   await app.register(clusterRoutes, { context });
+  await app.register(clusterSnapshotRoutes, { context });
   await app.register(gpuPriceRoutes, { context });
   await app.register(proxyRoutes, { context });
   await app.register(secretRoutes, { context });

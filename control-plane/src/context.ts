@@ -13,6 +13,7 @@ import type { Database } from './db/index.ts';
 import { createEndpoints, type Endpoints } from './endpoints/index.ts';
 import { createExperiments, type ExperimentService } from './experiments/index.ts';
 import { createFleet, type Fleet } from './hosts/fleet.ts';
+import { registryAuthResolver } from './images/resolver.ts';
 import { ProxyService, proxyViewPart } from './proxy/service.ts';
 import { RateLimitService } from './ratelimit/service.ts';
 import { createSecrets, type SecretService } from './secrets/index.ts';
@@ -124,6 +125,10 @@ export function createContext(
     workloads: fleet.workloads,
     logger: () => logger.child({ component: 'secrets' }),
   });
+  // Registry credentials of the owning account reach each pull (WorkloadSpec.registryAuth), never stored.
+  fleet.workloads.useSpecResolver(
+    registryAuthResolver(accounts.settings, () => logger.child({ component: 'images' })),
+  );
   const templates = new TemplateService(db, clock, accounts.access);
   const usage = createUsageServices({
     db,

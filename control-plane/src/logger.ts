@@ -18,6 +18,9 @@ export function createLogger(level: LogLevel, destination?: pino.DestinationStre
           '*.files[*].contentBase64',
           '*.workloads[*].secretEnv',
           '*.workloads[*].files[*].contentBase64',
+          // Registry credentials of a pull (WorkloadSpec.registryAuth).
+          '*.registryAuth',
+          '*.workloads[*].registryAuth',
         ],
         censor: '[redacted]',
       },

@@ -83,6 +83,8 @@ export const ERROR_STATUS = {
   /** Not in the spec: an internal or external port already mapped. */
   PORT_CONFLICT: 409,
   SECRET_NOT_FOUND: 404,
+  /** Not in the spec: no snapshot with that id among the cluster's (GET /v1/clusters/{id}/snapshots). */
+  SNAPSHOT_NOT_FOUND: 404,
   /** Not in the spec: a secret name already used in the cluster. */
   SECRET_ALREADY_EXISTS: 409,
   SSH_KEY_NOT_FOUND: 404,

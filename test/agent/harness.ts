@@ -7,6 +7,7 @@ import { type Agent, type AgentOptions, createAgent } from '../../agent/src/agen
 import { createContainerRuntime } from '../../agent/src/docker/runtime.ts';
 import { createGpuProvider } from '../../agent/src/gpu/provider.ts';
 import { systemHost } from '../../agent/src/host/provider.ts';
+import { TEST_HOST_IMAGES } from '../fixtures/images/busybox.ts';
 
 export interface RunningAgent {
   agent: Agent;
@@ -35,6 +36,7 @@ export async function startAgent(
     host: systemHost,
     logger,
     volumeRoot: join(stateDir, 'volumes'),
+    hostImages: TEST_HOST_IMAGES,
     backoff: { baseMs: 100, maxMs: 500 },
     resyncIntervalMs: 2_000,
     flushIntervalMs: 100,

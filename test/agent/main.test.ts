@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
+import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../fixtures/images/busybox.ts';
 import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 import { FakeControlPlane } from './fake-control-plane.ts';
 import { workloadSpec } from './fixtures.ts';
@@ -21,7 +21,7 @@ interface Daemon {
 function spawnAgent(args: string[], env: Record<string, string> = {}): Daemon {
   const child = spawn(process.execPath, ['--import', 'tsx', 'agent/src/main.ts', ...args], {
     cwd: ROOT,
-    env: { ...process.env, ANVIL_LOG_LEVEL: 'info', ...env },
+    env: { ...process.env, ANVIL_LOG_LEVEL: 'info', ANVIL_HOST_IMAGES: TEST_HOST_IMAGES.join(','), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

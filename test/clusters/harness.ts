@@ -1,4 +1,5 @@
 import type Dockerode from 'dockerode';
+import type { Logger } from 'pino';
 import { systemHost } from '../../agent/src/host/provider.ts';
 import { call } from '../../control-plane/src/testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/app.ts';
@@ -19,11 +20,16 @@ export interface ClusterFleet {
   close(): Promise<void>;
 }
 
-export async function startClusterFleet(env: Record<string, string> = {}): Promise<ClusterFleet> {
+export async function startClusterFleet(
+  env: Record<string, string> = {},
+  /** Loggers of the control plane and the agent (tests that read the logs); silent by default. */
+  loggers: { controlPlane?: Logger; agent?: Logger } = {},
+): Promise<ClusterFleet> {
   const docker = testDocker();
   await ensureBusyboxImage(docker);
   const t = await createTestApp({
     env: { ANVIL_HEARTBEAT_SECONDS: '1', ANVIL_METRICS_SECONDS: '1', ...env },
+    ...(loggers.controlPlane ? { logger: loggers.controlPlane } : {}),
   });
   await t.app.listen({ port: 0, host: '127.0.0.1' });
   const address = t.app.server.address();
@@ -36,6 +42,7 @@ export async function startClusterFleet(env: Record<string, string> = {}): Promi
     joinToken: token.json().value,
     handshakeTimeoutMs: 60_000,
     host: memoizedHost(),
+    ...(loggers.agent ? { logger: loggers.agent } : {}),
   });
   const hostId = await waitFor(
     'host ready',

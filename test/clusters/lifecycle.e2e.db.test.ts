@@ -195,7 +195,7 @@ describe.skipIf(!dockerAvailable())('cluster lifecycle with a real agent and Doc
       snapshot: { snapshot_id: string; name: string; size_bytes: number };
     };
     snapshots.push(snapshot.snapshot.name);
-    expect(snapshot.snapshot.name).toBe(`anvil-snapshots/${a.id}:before-restart`);
+    expect(snapshot.snapshot.name).toBe(`anvil-snapshots/${t.accountId}/${a.id}:before-restart`);
     expect((await docker.getImage(snapshot.snapshot.snapshot_id).inspect()).Id).toBe(
       snapshot.snapshot.snapshot_id,
     );
@@ -251,11 +251,11 @@ describe.skipIf(!dockerAvailable())('cluster lifecycle with a real agent and Doc
     expect(delA.json()).toMatchObject({
       id: a.id,
       status: 'deleted',
-      final_snapshot: { creating: true, snapshot_name: `anvil-snapshots/${a.id}:final` },
+      final_snapshot: { creating: true, snapshot_name: `anvil-snapshots/${t.accountId}/${a.id}:final` },
     });
-    snapshots.push(`anvil-snapshots/${a.id}:final`);
+    snapshots.push(`anvil-snapshots/${t.accountId}/${a.id}:final`);
     expect(await containerOf(a.id)).toBeNull();
-    expect(existsSync(volumeOf(a.id))).toBe(false);
+    expect(existsSync(volumeOf(a.id)), delA.body).toBe(false);
     expect(await t.context.db.prisma.usageRecord.count({ where: { resourceId: a.id } })).toBe(2);
 
     await call(t, {

@@ -25,7 +25,9 @@ describe.skipIf(!dockerAvailable())('cluster snapshots on delete, with a real ag
   afterAll(async () => {
     await fleet?.close();
     for (const id of clusters) {
-      const images = await fleet.docker.listImages({ filters: { reference: [`anvil-snapshots/${id}`] } });
+      const images = await fleet.docker.listImages({
+        filters: { reference: [`anvil-snapshots/${fleet.t.accountId}/${id}`] },
+      });
       for (const image of images)
         await fleet.docker
           .getImage(image.Id)
@@ -38,7 +40,11 @@ describe.skipIf(!dockerAvailable())('cluster snapshots on delete, with a real ag
   const running = (id: string) =>
     waitFor(`${id} running`, async () => (await get(id))?.status === 'running', 240_000);
   const tagsOf = async (id: string) =>
-    (await fleet.docker.listImages({ filters: { reference: [`anvil-snapshots/${id}`] } }))
+    (
+      await fleet.docker.listImages({
+        filters: { reference: [`anvil-snapshots/${fleet.t.accountId}/${id}`] },
+      })
+    )
       .flatMap((i) => i.RepoTags ?? [])
       .sort();
   const create = async (name: string) => {
@@ -69,7 +75,9 @@ describe.skipIf(!dockerAvailable())('cluster snapshots on delete, with a real ag
       payload: { save_state: true, snapshot_name: name, wait_for_completion: true, timeout_minutes: 2 },
     });
     expect(r.statusCode, r.body).toBe(200);
-    expect(r.json().data.snapshot_creation).toMatchObject({ snapshot_name: `anvil-snapshots/${id}:${name}` });
+    expect(r.json().data.snapshot_creation).toMatchObject({
+      snapshot_name: `anvil-snapshots/${fleet.t.accountId}/${id}:${name}`,
+    });
     return r.json().data.snapshot_creation.snapshot_id as string;
   };
   const remove = async (id: string, options: Record<string, unknown>) => {
@@ -98,8 +106,8 @@ describe.skipIf(!dockerAvailable())('cluster snapshots on delete, with a real ag
     await running(doomed);
     const second = await stopWithSnapshot(doomed, 'second');
     expect(await tagsOf(doomed)).toEqual([
-      `anvil-snapshots/${doomed}:first`,
-      `anvil-snapshots/${doomed}:second`,
+      `anvil-snapshots/${fleet.t.accountId}/${doomed}:first`,
+      `anvil-snapshots/${fleet.t.accountId}/${doomed}:second`,
     ]);
 
     // delete_snapshots with a final snapshot: the earlier two go, the final one stays.
@@ -121,22 +129,22 @@ describe.skipIf(!dockerAvailable())('cluster snapshots on delete, with a real ag
       ]),
     ).toEqual(
       expect.arrayContaining([
-        [first, [`anvil-snapshots/${doomed}:first`]],
-        [second, [`anvil-snapshots/${doomed}:second`]],
+        [first, [`anvil-snapshots/${fleet.t.accountId}/${doomed}:first`]],
+        [second, [`anvil-snapshots/${fleet.t.accountId}/${doomed}:second`]],
       ]),
     );
     expect(deleted.snapshot_cleanup.removed).toHaveLength(2);
     expect(deleted.snapshot_cleanup.kept).toEqual([
-      { image_id: finalId, names: [`anvil-snapshots/${doomed}:final`] },
+      { image_id: finalId, names: [`anvil-snapshots/${fleet.t.accountId}/${doomed}:final`] },
     ]);
-    expect(await tagsOf(doomed)).toEqual([`anvil-snapshots/${doomed}:final`]);
+    expect(await tagsOf(doomed)).toEqual([`anvil-snapshots/${fleet.t.accountId}/${doomed}:final`]);
     for (const id of [first, second]) await expect(fleet.docker.getImage(id).inspect()).rejects.toThrow();
     expect((await fleet.docker.getImage(finalId).inspect()).Id).toBe(finalId);
 
     // Without delete_snapshots (preserve_snapshots defaults to true) the snapshot stays.
     const plain = await remove(kept, {});
     expect(plain.snapshot_cleanup).toMatchObject({ requested: false, removed: [], kept: [] });
-    expect(await tagsOf(kept)).toEqual([`anvil-snapshots/${kept}:only`]);
+    expect(await tagsOf(kept)).toEqual([`anvil-snapshots/${fleet.t.accountId}/${kept}:only`]);
     expect((await fleet.docker.getImage(keptSnapshot).inspect()).Id).toBe(keptSnapshot);
   });
 });

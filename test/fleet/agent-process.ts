@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type Dockerode from 'dockerode';
 import { REPO_ROOT } from '../../control-plane/src/testing/index.ts';
 import { tempDir } from '../agent/harness.ts';
+import { TEST_HOST_IMAGES } from '../fixtures/images/busybox.ts';
 import { waitFor } from './wait.ts';
 
 /** The agent daemon as `npm run agent` runs it: its own Node process, its own state directory. */
@@ -40,6 +41,7 @@ export async function spawnAgent(options: {
     ANVIL_STATE_DIR: stateDir,
     ANVIL_SIMULATE_GPUS: '2xH100',
     ANVIL_LOG_LEVEL: 'info',
+    ANVIL_HOST_IMAGES: TEST_HOST_IMAGES.join(','),
     ...(options.joinToken ? { ANVIL_JOIN_TOKEN: options.joinToken } : {}),
     ...(options.dockerHost ? { DOCKER_HOST: options.dockerHost } : {}),
     ...options.env,

@@ -64,7 +64,7 @@ function canonical(value: unknown): unknown {
 
 /**
  * Hash of everything that shapes the container. The stop grace is left out: changing it should not
- * restart a running workload. So are the secret env and files (contract 5), and the downloads: a rotated secret reaches
+ * restart a running workload. So are the secret env and files (contract 5), the registry credentials and the downloads: a rotated secret reaches
  * the container at its next start instead of recreating it, and the hash (a label anyone can read)
  * says nothing about secret values. Key order is normalised so equal specs hash equal whatever their JSON.
  */
@@ -77,6 +77,7 @@ export function specHash(
     secretEnv: _env,
     files: _files,
     downloads: _downloads,
+    registryAuth: _auth,
     ...shape
   } = spec;
   // Direct ports count only when set, so hashes of containers made before the option existed hold.

@@ -1,3 +1,4 @@
+import type { RegistryAuth } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { dockerMessage } from './errors.ts';
 
@@ -27,16 +28,32 @@ function pullError(image: string, err: unknown): Error {
   return new Error(`pull image ${image}: ${message}${hint}`, { cause: err });
 }
 
-/** Pull an image, reporting Docker's progress lines; rejects with Docker's reason, made readable. */
+/**
+ * Pull an image, reporting Docker's progress lines; rejects with Docker's reason, made readable. The
+ * credentials travel only in the X-Registry-Auth header of this one request: the engine does not keep
+ * them, and no message here ever carries them.
+ */
 export async function pullImage(
   docker: Dockerode,
   image: string,
   onProgress: (event: PullProgressEvent) => void,
+  auth: RegistryAuth | null = null,
 ): Promise<void> {
   const ref = normaliseImageRef(image);
   let stream: NodeJS.ReadableStream;
   try {
-    stream = await docker.pull(ref);
+    stream = await docker.pull(
+      ref,
+      auth
+        ? {
+            authconfig: {
+              username: auth.username,
+              password: auth.password,
+              serveraddress: auth.serverAddress,
+            },
+          }
+        : {},
+    );
   } catch (err) {
     throw pullError(ref, err);
   }

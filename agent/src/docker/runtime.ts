@@ -1,5 +1,6 @@
-import { mkdir } from 'node:fs/promises';
-import type { DockerInventory, SecretFile, WorkloadSpec } from '@anvil/shared/protocol';
+import { existsSync } from 'node:fs';
+import { mkdir, rm } from 'node:fs/promises';
+import type { DockerInventory, RegistryAuth, SecretFile, WorkloadSpec } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { errorMessage, wrapError } from '../errors.ts';
 import { buildCreateOptions, volumeDir } from './container-config.ts';
@@ -16,6 +17,7 @@ import { type ContainerEvent, containerEvents } from './events.ts';
 import { containerName, LABELS, type SpecContext, specHash } from './labels.ts';
 import { type PullProgressEvent, pullImage } from './pull.ts';
 import { buildTar } from './tar.ts';
+import { addWorkspaceLayer, seedWorkspace, WORKSPACE_LABEL } from './workspace-archive.ts';
 
 /** An Anvil container as `docker ps` lists it. */
 export interface ManagedContainer {
@@ -54,7 +56,13 @@ export interface ContainerRuntime {
   stop(id: string, graceSeconds: number): Promise<void>;
   remove(id: string): Promise<void>;
   imageExists(image: string): Promise<boolean>;
-  pull(image: string, onProgress: (event: PullProgressEvent) => void): Promise<void>;
+  pull(
+    image: string,
+    onProgress: (event: PullProgressEvent) => void,
+    auth?: RegistryAuth | null,
+  ): Promise<void>;
+  /** The image's labels, or null when it is not on the host (optional: test doubles may omit it). */
+  imageLabels?(image: string): Promise<Record<string, string> | null>;
   /** Multiplexed stdout/stderr with timestamps, following until the container stops. */
   followLogs(id: string, sinceSeconds: number): Promise<NodeJS.ReadableStream>;
   stats(id: string): Promise<ContainerStats | null>;
@@ -65,16 +73,30 @@ export interface ContainerRuntime {
   /** Sends `signal` to a running container; false when it is not running (optional: test doubles may omit it). */
   kill?(id: string, signal: string): Promise<boolean>;
   /** `docker commit` as repository:tag; the new image's id and size. */
+  /**
+   * With `volumeDir`, the snapshot also keeps the workload's volume: its files are laid over the image at
+   * the path the volume is mounted (WORKSPACE_LABEL names it), and seeded into the volume of a workload
+   * created from the image.
+   */
   commit?(
     id: string,
-    target: { repository: string; tag: string; comment: string | null },
-  ): Promise<{ imageId: string; sizeBytes: number | null }>;
+    target: { repository: string; tag: string; comment: string | null; volumeDir?: string | null },
+  ): Promise<{ imageId: string; sizeBytes: number | null; workspace: string | null }>;
   /** Removes a workload's snapshot images (see the remove_snapshots command), keeping the ids in `keep`. */
   removeSnapshots?(target: {
     workloadId: string;
     repository: string;
     keep: string[];
+    only?: string[];
   }): Promise<SnapshotRemoval>;
+  /** A workload's snapshot images (see the list_snapshots command). */
+  listSnapshots?(target: { workloadId: string; repository: string }): Promise<SnapshotListing[]>;
+}
+
+export interface SnapshotListing extends SnapshotImage {
+  sizeBytes: number | null;
+  /** ISO 8601. */
+  createdAt: string;
 }
 
 export interface SnapshotImage {
@@ -149,6 +171,45 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
     }
   }
 
+  /**
+   * Creates the workload's volume directory; a new one is filled from a snapshot image that carries a
+   * workspace (WORKSPACE_LABEL), so a cluster started from a final snapshot finds its /workspace again.
+   * A fill that fails leaves no directory, so the next create fills it afresh.
+   */
+  async function prepareVolume(spec: WorkloadSpec, dir: string): Promise<void> {
+    const fresh = !existsSync(dir);
+    await mkdir(dir, { recursive: true, mode: 0o755 });
+    if (!fresh || !spec.volume) return;
+    let labels: Record<string, string> | undefined;
+    try {
+      labels = (await docker.getImage(spec.image).inspect()).Config?.Labels ?? undefined;
+    } catch (err) {
+      if (isNotFound(err)) return; // the create reports the missing image
+      throw err;
+    }
+    if (labels?.[WORKSPACE_LABEL] !== spec.volume.containerPath) return;
+    try {
+      await seedWorkspace(docker, spec.image, spec.volume.containerPath, dir);
+    } catch (err) {
+      await rm(dir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** Images tagged in `repository` and committed from this workload's container, with those tags. */
+  async function snapshotImages(workloadId: string, repository: string) {
+    let images: Dockerode.ImageInfo[];
+    try {
+      images = await docker.listImages({ filters: { reference: [repository] } });
+    } catch (err) {
+      throw wrapError(`list images of ${repository}`, err);
+    }
+    return images.flatMap((image) => {
+      const tags = (image.RepoTags ?? []).filter((t) => t.startsWith(`${repository}:`));
+      return tags.length > 0 && image.Labels?.[LABELS.workload] === workloadId ? [{ image, tags }] : [];
+    });
+  }
+
   return {
     async info() {
       try {
@@ -202,8 +263,7 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
     async create(spec, context) {
       const name = containerName(spec.workloadId);
       try {
-        if (spec.volume)
-          await mkdir(volumeDir(context.volumeRoot, spec.workloadId), { recursive: true, mode: 0o755 });
+        if (spec.volume) await prepareVolume(spec, volumeDir(context.volumeRoot, spec.workloadId));
         const hash = specHash(spec, context);
         const container = await docker.createContainer(
           buildCreateOptions(spec, { ...context, specHash: hash }),
@@ -284,7 +344,17 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
       }
     },
 
-    pull: (image, onProgress) => pullImage(docker, image, onProgress),
+    pull: (image, onProgress, auth) => pullImage(docker, image, onProgress, auth ?? null),
+
+    async imageLabels(image) {
+      try {
+        const details = await docker.getImage(image).inspect();
+        return (details.Config?.Labels as Record<string, string> | null | undefined) ?? {};
+      } catch (err) {
+        if (isNotFound(err)) return null;
+        throw wrapError(`inspect image ${image}`, err);
+      }
+    },
 
     async followLogs(id, sinceSeconds) {
       try {
@@ -336,18 +406,19 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
       }
     },
 
-    async removeSnapshots({ workloadId, repository, keep }) {
-      let images: Dockerode.ImageInfo[];
-      try {
-        images = await docker.listImages({ filters: { reference: [repository] } });
-      } catch (err) {
-        throw wrapError(`list images of ${repository}`, err);
-      }
+    async listSnapshots({ workloadId, repository }) {
+      return (await snapshotImages(workloadId, repository)).map(({ image, tags }) => ({
+        imageId: image.Id,
+        tags,
+        sizeBytes: typeof image.Size === 'number' ? image.Size : null,
+        createdAt: new Date(image.Created * 1000).toISOString(),
+      }));
+    },
+
+    async removeSnapshots({ workloadId, repository, keep, only }) {
       const result: SnapshotRemoval = { removed: [], failed: [], kept: [] };
-      for (const image of images) {
-        // Only this repository's tags, and only images committed from this workload's container.
-        const tags = (image.RepoTags ?? []).filter((t) => t.startsWith(`${repository}:`));
-        if (tags.length === 0 || image.Labels?.[LABELS.workload] !== workloadId) continue;
+      for (const { image, tags } of await snapshotImages(workloadId, repository)) {
+        if (only && !only.includes(image.Id)) continue;
         const entry = { imageId: image.Id, tags };
         if (keep.includes(image.Id)) {
           result.kept.push(entry);
@@ -367,7 +438,8 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
 
     async commit(id, target) {
       try {
-        if (!(await ownedOrNull(id))) throw new Error('no such container');
+        const details = await ownedOrNull(id);
+        if (!details) throw new Error('no such container');
         // pause: false, so a running container is not frozen while its layer is copied.
         const result = (await docker.getContainer(id).commit({
           repo: target.repository,
@@ -375,9 +447,19 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
           comment: target.comment ?? undefined,
           pause: false,
         })) as { Id?: string };
-        const imageId = result.Id ?? '';
+        let imageId = result.Id ?? '';
+        const mount = target.volumeDir
+          ? details.Mounts?.find((m) => m.Type === 'bind' && m.Source === target.volumeDir)
+          : undefined;
+        if (mount && target.volumeDir) {
+          imageId = await addWorkspaceLayer(docker, imageId, target.volumeDir, mount.Destination, target);
+        }
         const image = await docker.getImage(imageId).inspect();
-        return { imageId, sizeBytes: typeof image.Size === 'number' ? image.Size : null };
+        return {
+          imageId,
+          sizeBytes: typeof image.Size === 'number' ? image.Size : null,
+          workspace: mount?.Destination ?? null,
+        };
       } catch (err) {
         throw new Error(`commit container ${id}: ${dockerMessage(err)}`, { cause: err });
       }

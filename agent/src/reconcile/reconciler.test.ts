@@ -7,7 +7,11 @@ import type Dockerode from 'dockerode';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
-import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
+import {
+  BUSYBOX_IMAGE,
+  ensureBusyboxImage,
+  TEST_HOST_IMAGES,
+} from '../../../test/fixtures/images/busybox.ts';
 import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
 import { systemClock } from '../clock.ts';
 import { buildCreateOptions } from '../docker/container-config.ts';
@@ -39,6 +43,7 @@ function setup(
     onActualState: (r) => reports.push(r),
     onPullProgress: (p) => pulls.push(p),
     passRetryMs,
+    hostImages: TEST_HOST_IMAGES,
   });
   return { reconciler, changes, reports, pulls };
 }
@@ -304,5 +309,36 @@ describe.skipIf(!dockerAvailable())('reconciler against the real Docker engine',
     expect(pulls.at(-1)).toMatchObject({ image: spec.image, workloadId: spec.workloadId, done: true });
     expect(pulls.at(-1)?.error).toContain('pull image');
     expect(await containersOf(hostId)).toEqual([]);
+  });
+
+  it('runs a snapshot image only for the account that made it', async () => {
+    const hostId = newHost('snap');
+    const { reconciler } = setup(hostId);
+    // Committed from a container labelled with its account, as a stop with save_state does.
+    const source = await docker.createContainer({
+      Image: BUSYBOX_IMAGE,
+      Cmd: ['true'],
+      Labels: { 'anvil.test': '1', 'anvil.run': run, 'anvil.account': 'acc_a' },
+    });
+    const repository = `anvil-snapshots/acc_a/cluster_rc${run}`;
+    await source.commit({ repo: repository, tag: 's' });
+    await source.remove({ force: true });
+    try {
+      const image = `${repository}:s`;
+      const command = ['sh', '-c', 'trap "exit 0" TERM; while true; do sleep 1; done'];
+      const theirs = workloadSpec(wid('snap-b'), { image, command, labels: { 'anvil.account': 'acc_b' } });
+      const mine = workloadSpec(wid('snap-a'), { image, command, labels: { 'anvil.account': 'acc_a' } });
+      const report = await converge(reconciler, 1, [theirs, mine]);
+      expect(report.workloads.find((w) => w.workloadId === theirs.workloadId)).toMatchObject({
+        phase: 'failed',
+        containerId: null,
+        error: expect.stringContaining('belongs to another account'),
+      });
+      expect(report.workloads.find((w) => w.workloadId === mine.workloadId)?.phase).toBe('running');
+      expect((await containersOf(hostId)).map((c) => c.Labels['anvil.workload'])).toEqual([mine.workloadId]);
+    } finally {
+      await removeTestContainers(docker, `anvil.host=${hostId}`);
+      await docker.getImage(`${repository}:s`).remove({ force: true });
+    }
   });
 });

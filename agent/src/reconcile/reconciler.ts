@@ -9,7 +9,8 @@ import { errorMessage } from '../errors.ts';
 import { type DiskUsage, overQuotaReason } from '../metrics/disk-usage.ts';
 import { networkNameOf } from '../network/account-networks.ts';
 import { DownloadCache, type DownloadRequester } from './download-cache.ts';
-import { ImagePuller, type PullReport } from './image-puller.ts';
+import { imageSource, snapshotRefusal, specAccount } from './image-policy.ts';
+import { ImagePuller, type PullBytes, type PullReport } from './image-puller.ts';
 import { statusFromInspect, statusWithoutContainer } from './status.ts';
 
 export interface ContainerStateChange {
@@ -47,6 +48,11 @@ export interface ReconcilerOptions {
   requestDownload?: DownloadRequester | null;
   /** How long a failed pull or start waits before it is tried again. */
   retryMs?: number;
+  /**
+   * Images the operator pre-loaded and trusts for every account (references, or prefixes ending in `*`):
+   * never pulled. Every other image is pulled before each create (see image-policy.ts).
+   */
+  hostImages?: readonly string[];
   /** Delay before retrying a pass that failed as a whole (Docker unreachable). */
   passRetryMs?: number;
   /** After every completed pass: the agent re-syncs log followers to what runs. */
@@ -102,9 +108,9 @@ export class Reconciler {
       | 'directPorts'
       | 'storageQuota'
       | 'diskUsage'
+      | 'hostImages'
     >
-  > &
-    Pick<ReconcilerOptions, 'onPass' | 'networks' | 'diskUsage'>;
+  > & { hostImages: readonly string[] } & Pick<ReconcilerOptions, 'onPass' | 'networks' | 'diskUsage'>;
   readonly #context: SpecContext;
   readonly #puller: ImagePuller;
   readonly #downloads: DownloadCache;
@@ -128,7 +134,7 @@ export class Reconciler {
   #changes = 0;
 
   constructor(options: ReconcilerOptions) {
-    this.#o = { retryMs: 30_000, passRetryMs: 5_000, ...options };
+    this.#o = { retryMs: 30_000, passRetryMs: 5_000, ...options, hostImages: options.hostImages ?? [] };
     const downloadRoot = options.downloadRoot ?? join(options.volumeRoot, '.downloads');
     this.#context = {
       hostId: options.hostId,
@@ -150,8 +156,17 @@ export class Reconciler {
       logger: options.logger,
       retryMs: this.#o.retryMs,
       onProgress: options.onPullProgress,
+      onBytes: (id, bytes) => this.#pullBytes(id, bytes),
       onSettled: () => this.trigger(),
     });
+  }
+
+  /** A running pull's bytes reach the control plane between passes, in a fresh full report. */
+  #pullBytes(workloadId: string, bytes: PullBytes): void {
+    const status = this.#statuses.get(workloadId);
+    if (status?.phase !== 'pulling') return;
+    this.#statuses.set(workloadId, { ...status, pullProgress: bytes });
+    if (this.#generation !== null) this.#o.onActualState(this.report());
   }
 
   get generation(): number | null {
@@ -279,6 +294,7 @@ export class Reconciler {
       const changed = results.map((status) => this.#record(status)).includes(true);
       await this.#downloads.prune(new Set(desired.flatMap((s) => (s.downloads ?? []).map((d) => d.sha256))));
       await this.#o.networks?.prune(networks);
+      this.#puller.retain(wanted);
       // The desired set may have been replaced while this pass ran; report only a consistent one.
       if (this.#desired === desired && (changed || generation !== this.#reportedGeneration)) {
         this.#reportedGeneration = generation;
@@ -321,7 +337,8 @@ export class Reconciler {
       previous.containerState === status.containerState &&
       previous.exitCode === status.exitCode &&
       previous.error === status.error &&
-      previous.restartCount === status.restartCount;
+      previous.restartCount === status.restartCount &&
+      previous.pullProgress?.bytesDone === status.pullProgress?.bytesDone;
     if (same) {
       this.#statuses.set(status.workloadId, { ...status, at: previous.at });
       return false;
@@ -396,17 +413,26 @@ export class Reconciler {
             return statusWithoutContainer(id, 'pulling', null, clock.now());
           }
         }
+        const imageWait = await this.#imageReady(spec, hash);
+        if (imageWait) return imageWait;
         let containerId: string;
         try {
-          // Create first and pull only when Docker says the image is missing, as `docker run` does: the
-          // image is nearly always there, and a separate existence check would cost every start a round trip.
           containerId = await runtime.create(spec, this.#context);
         } catch (err) {
           if (err instanceof ImageMissingError) {
-            const pull = this.#puller.state(spec.image);
-            if (pull?.kind === 'failed') return statusWithoutContainer(id, 'failed', pull.error, clock.now());
-            this.#puller.start(spec.image, id);
-            return statusWithoutContainer(id, 'pulling', null, clock.now());
+            const source = imageSource(spec.image, this.#o.hostImages);
+            if (source.kind === 'registry') {
+              // Removed between our pull and the create: pull again.
+              this.#puller.consume(id);
+              this.trigger();
+              return statusWithoutContainer(id, 'pulling', null, clock.now());
+            }
+            const error =
+              source.kind === 'host'
+                ? `image ${spec.image} is not on this host (the operator lists it as a host image, and host images are never pulled)`
+                : `snapshot image ${spec.image} is not on this host`;
+            this.#fail(id, hash, error, this.#o.retryMs);
+            return statusWithoutContainer(id, 'failed', error, clock.now());
           }
           // A half-finished removal, or a container Anvil does not own, holds the name: look again
           // shortly, and never create a second container for the workload.
@@ -416,6 +442,7 @@ export class Reconciler {
           }
           throw err;
         }
+        this.#puller.consume(id);
         logger.info({ workloadId: id, containerId }, 'container created');
         if (!spec.accountId)
           logger.warn(
@@ -453,5 +480,39 @@ export class Reconciler {
       this.#fail(id, hash, error, this.#o.retryMs);
       return statusWithoutContainer(id, 'failed', error, clock.now());
     }
+  }
+
+  /**
+   * Null when the workload may be created from its image now; else the status to report meanwhile. An
+   * image merely present on the host proves nothing: registry images are pulled (with the account's
+   * credentials) before every create, snapshots run only for their own account, and only the images the
+   * operator listed as host images run as they are.
+   */
+  async #imageReady(spec: WorkloadSpec, hash: string): Promise<WorkloadStatus | null> {
+    const { runtime, clock } = this.#o;
+    const id = spec.workloadId;
+    const source = imageSource(spec.image, this.#o.hostImages);
+    if (source.kind === 'host') return null;
+    if (source.kind === 'snapshot') {
+      if (!runtime.imageLabels) throw new Error('this runtime cannot inspect images');
+      const refusal = snapshotRefusal(
+        spec.image,
+        source,
+        await runtime.imageLabels(spec.image),
+        specAccount(spec),
+      );
+      if (refusal === null) return null;
+      this.#fail(id, hash, refusal, this.#o.retryMs);
+      return statusWithoutContainer(id, 'failed', refusal, clock.now());
+    }
+    const pull = this.#puller.state(id, hash);
+    if (pull?.kind === 'pulled') return null;
+    if (pull?.kind === 'failed') {
+      this.#scheduleRetry(Math.max(0, pull.retryAt - clock.now()));
+      return statusWithoutContainer(id, 'failed', pull.error, clock.now());
+    }
+    if (!pull) this.#puller.start(spec.image, id, hash, spec.registryAuth ?? null);
+    const progress = pull?.kind === 'pulling' ? pull.progress : { bytesDone: 0, bytesTotal: null };
+    return { ...statusWithoutContainer(id, 'pulling', null, clock.now()), pullProgress: { ...progress } };
   }
 }

@@ -29,6 +29,8 @@ export const ENFORCED_SETTINGS: Record<string, string> = {
   'security.api_access.max_api_keys':
     'limits the active keys a member may hold by security.api_access.max_api_keys',
   'security.audit.retention_days': 'purges events older than the retention in settings',
+  // Pulls before every create use the account's matching registry (test/images/registry.e2e.db.test.ts).
+  'integrations.docker': "pulls a private image with the account's credentials",
   'preferences.default_region': 'default-region-gpu:',
   'preferences.default_gpu_type': 'default-region-gpu:',
 };

@@ -29,8 +29,6 @@ export const REFUSED_SETTINGS: Record<string, string> = {
   'security.audit.log_resource_access':
     'resource reads are not written to the audit log (permission changes and denials are)',
   'integrations.github': 'the GitHub integration is not implemented',
-  'integrations.docker':
-    'registry credentials are not used: hosts pull public images or use images already present',
   'integrations.monitoring.datadog':
     'the Datadog integration is not implemented: scrape the Prometheus endpoint /metrics instead',
   'integrations.monitoring.grafana':

@@ -8,6 +8,7 @@ import { Allocator } from '../scheduler/allocator.ts';
 import { ClusterOperations } from './operations.ts';
 import type { TemplateResolverLike } from './requests.ts';
 import { ClusterService } from './service.ts';
+import { ClusterSnapshots } from './snapshot-catalog.ts';
 import { ClusterSupervisor, type SupervisorOptions } from './supervisor.ts';
 import type { ClusterViewParts } from './view-parts.ts';
 
@@ -16,6 +17,8 @@ export interface Clusters {
   service: ClusterService;
   operations: ClusterOperations;
   supervisor: ClusterSupervisor;
+  /** The snapshots of a cluster on its host: list and delete (GET/DELETE /v1/clusters/{id}/snapshots). */
+  snapshots: ClusterSnapshots;
   allocator: Allocator;
   prices: PriceTable;
   useLogger(logger: Logger): void;
@@ -62,6 +65,7 @@ export function createClusters(deps: {
   return {
     service,
     operations,
+    snapshots: new ClusterSnapshots({ access: service.access, fleet: deps.fleet }),
     supervisor: running,
     allocator,
     prices,

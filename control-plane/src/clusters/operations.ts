@@ -300,9 +300,11 @@ export class ClusterOperations {
       {
         name: 'commit_workload',
         workloadId: cluster.id,
-        repository: snapshotRepository(cluster.id),
+        repository: snapshotRepository(cluster.accountId, cluster.id),
         tag,
         comment: `Anvil ${op.kind} snapshot of ${cluster.id}`,
+        // The final snapshot keeps /workspace, which the delete removes next; a stop keeps the volume itself.
+        includeVolume: op.kind === 'delete',
       },
       remainingMs,
     )) as { imageId: string; sizeBytes: number | null; repository: string; tag: string } | null;
@@ -380,7 +382,7 @@ export class ClusterOperations {
     const answer = await this.command(cluster, op, {
       name: 'remove_snapshots',
       workloadId: cluster.id,
-      repository: snapshotRepository(cluster.id),
+      repository: snapshotRepository(cluster.accountId, cluster.id),
       keep: op.snapshot.snapshot_id ? [op.snapshot.snapshot_id] : [],
     });
     if (answer) recordRemoval(cleanup, answer as Parameters<typeof recordRemoval>[1]);

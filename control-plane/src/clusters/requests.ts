@@ -18,6 +18,7 @@ export interface CreateClusterBody {
   description?: string | undefined;
   template_id?: string | undefined;
   docker_image?: string | undefined;
+  from_snapshot?: string | undefined;
   gpu_type?: string | undefined;
   gpu_count?: number | undefined;
   cpu_cores?: number | undefined;

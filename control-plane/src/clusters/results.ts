@@ -3,7 +3,7 @@ import { type DeleteOptions, type Operation, progressOf, type StopOptions } from
 
 const GB = 1e9;
 
-function sizeGb(bytes: number | null): number | null {
+export function sizeGb(bytes: number | null): number | null {
   return bytes === null ? null : Math.round((bytes / GB) * 1000) / 1000;
 }
 

@@ -7,12 +7,14 @@ import { closeSession } from '../billing/sessions.ts';
 import type { Cluster, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
+import { requireOwnImage } from '../images/snapshot-images.ts';
 import { type Allocator, TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { GpuType } from '../scheduler/gpu-types.ts';
 import type { PlacementRequest } from '../scheduler/placement.ts';
 import { requestedLimits } from '../workloads/limits.ts';
 import type { WorkloadSpecInput } from '../workloads/workloads.ts';
 import { ClusterAccess, notFound } from './access.ts';
+import { snapshotSource } from './from-snapshot.ts';
 import {
   type BillingCutoff,
   DELETE_PHASES,
@@ -112,12 +114,28 @@ export class ClusterService {
       template = await this.#templates.resolveForCluster(accountId, body.template_id);
     }
     const now = this.d.clock.now();
+    let snapshot: { image: string; hostId: string } | null = null;
+    if (body.from_snapshot !== undefined) {
+      snapshot = await snapshotSource(this.d, accountId, body.from_snapshot);
+      if (body.docker_image !== undefined && body.docker_image.toLowerCase() !== snapshot.image) {
+        throw new ApiError(
+          'VALIDATION_ERROR',
+          'give docker_image or from_snapshot, not two different images',
+          {
+            field: 'docker_image',
+            reason: 'differs from from_snapshot',
+          },
+        );
+      }
+      body = { ...body, docker_image: snapshot.image };
+    }
     const input = resolveCreate(
       body,
       template,
       now,
       await this.d.accounts.settings.createDefaults(accountId),
     );
+    requireOwnImage(accountId, input.dockerImage);
     const id = newId('cluster');
     await this.d.accounts.computeHours.assertBelow(actor, 'clusters');
     // Registering enforces the role's maxClusters and makes the cluster shareable.
@@ -155,7 +173,11 @@ export class ClusterService {
       throw error;
     }
     // Creates arriving together share placement statements and commits (Allocator.allocateJoined).
-    const outcome = await this.d.allocator.allocateJoined(id, placementRequestOf(created, false));
+    const request = placementRequestOf(created, false);
+    const outcome = await this.d.allocator.allocateJoined(
+      id,
+      snapshot ? { ...request, region: null, hostId: snapshot.hostId } : request,
+    );
     if (outcome.kind === 'impossible') {
       await this.d.db.prisma.cluster.delete({ where: { id } });
       await this.d.accounts.resources.remove(accountId, id);
@@ -168,6 +190,16 @@ export class ClusterService {
           requestedGpuCount: input.gpuCount,
           region: input.region,
         },
+      );
+    }
+    if (snapshot && outcome.kind !== 'placed') {
+      // A pending cluster is placed later on any host, where its snapshot is not: refuse it now instead.
+      await this.d.db.prisma.cluster.delete({ where: { id } });
+      await this.d.accounts.resources.remove(accountId, id);
+      throw new ApiError(
+        'CONFLICT',
+        `the host holding snapshot ${snapshot.image} has no room for ${input.gpuCount} x ${input.gpuType} now`,
+        { field: 'from_snapshot', host_id: snapshot.hostId },
       );
     }
     if (outcome.kind === 'placed') await this.ensureWorkload(id);
@@ -256,8 +288,10 @@ export class ClusterService {
     });
     const ports = new Map<string, ActualPorts>();
     const problems = new Map<string, string>();
+    const statuses = new Map<string, WorkloadStatus | null>();
     for (const w of workloads) {
       const status = w.actualStatus as WorkloadStatus | null;
+      statuses.set(w.id, status);
       // A running container's error is the agent's measure of a problem it keeps running with (disk over quota).
       if (status?.phase === 'running' && status.error) problems.set(w.id, status.error);
       ports.set(
@@ -274,6 +308,7 @@ export class ClusterService {
           parts: this.#parts,
           actualPorts: ports.get(cluster.id) ?? new Map(),
           runningProblem: problems.get(cluster.id) ?? null,
+          actualStatus: statuses.get(cluster.id) ?? null,
           withMetrics,
         }),
       ),

@@ -11,7 +11,7 @@ describe('cluster snapshots', () => {
   });
 
   it('names snapshots in one repository per cluster, with a Docker-safe tag', () => {
-    expect(snapshotRepository('cluster_AbC1')).toBe('anvil-snapshots/cluster_abc1');
+    expect(snapshotRepository('acc_X1', 'cluster_AbC1')).toBe('anvil-snapshots/acc_x1/cluster_abc1');
     expect(snapshotTag('before restart/1', 'stop', '2026-11-25T01:02:03.456Z')).toBe('before-restart-1');
     expect(snapshotTag('..hidden', 'stop', '2026-11-25T01:02:03.456Z')).toBe('hidden');
     expect(snapshotTag(null, 'delete', '2026-11-25T01:02:03.456Z')).toBe('delete-20261125010203');

@@ -3,13 +3,10 @@ import type { DeleteOptions } from './operation.ts';
 /**
  * Cluster snapshots are images on the cluster's host, made by `docker commit` of its container (stop with
  * save_state, delete with create_final_snapshot). They are found again by name: every snapshot of a
- * cluster is tagged in one repository, and carries the container's `anvil.workload` label.
+ * cluster is tagged in one repository of its account (images/snapshot-images.ts), and carries the
+ * container's `anvil.workload` and `anvil.account` labels.
  */
-
-/** The repository every snapshot of the cluster is tagged in. */
-export function snapshotRepository(clusterId: string): string {
-  return `anvil-snapshots/${clusterId.toLowerCase()}`;
-}
+export { snapshotRepository } from '../images/snapshot-images.ts';
 
 /** A Docker tag from the requested snapshot name, or `<kind>-<UTC stamp of the operation start>`. */
 export function snapshotTag(name: string | null, kind: string, startedAt: string): string {

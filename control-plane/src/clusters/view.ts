@@ -1,3 +1,4 @@
+import type { WorkloadStatus } from '@anvil/shared/protocol';
 import { sessionCost } from '../billing/sessions.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import { type Operation, progressOf } from './operation.ts';
@@ -21,6 +22,8 @@ export interface ClusterView {
   project_id: string | null;
   template_id: string | null;
   docker_image: string;
+  /** While the host pulls the image before creating the container; null otherwise. */
+  image_pull: ImagePull | null;
   ssh_enabled: boolean;
   port_mappings: { internal_port: number; external_port: number | null; protocol: string }[];
   proxy_url: string | null;
@@ -85,6 +88,24 @@ export function costOf(cluster: Cluster, closedTotal: number, now: Date) {
   };
 }
 
+export interface ImagePull {
+  status: 'pulling';
+  image: string;
+  bytes_done: number;
+  bytes_total: number | null;
+}
+
+/** The image pull under way for a cluster, from its workload's last reported status. */
+export function imagePullOf(image: string, status: WorkloadStatus | null): ImagePull | null {
+  if (status?.phase !== 'pulling') return null;
+  return {
+    status: 'pulling',
+    image,
+    bytes_done: status.pullProgress?.bytesDone ?? 0,
+    bytes_total: status.pullProgress?.bytesTotal ?? null,
+  };
+}
+
 /** Published host ports the agent reported, by container port and protocol. */
 export type ActualPorts = Map<string, number>;
 
@@ -95,6 +116,7 @@ export async function clusterView(
     now: Date;
     parts: ClusterViewParts;
     actualPorts: ActualPorts;
+    actualStatus: WorkloadStatus | null;
     withMetrics: boolean;
     /** What the agent says is wrong with the running container (over its disk quota), or null. */
     runningProblem?: string | null;
@@ -119,6 +141,7 @@ export async function clusterView(
     project_id: cluster.projectId,
     template_id: cluster.templateId,
     docker_image: cluster.dockerImage,
+    image_pull: cluster.status === 'starting' ? imagePullOf(cluster.dockerImage, input.actualStatus) : null,
     ssh_enabled: cluster.sshEnabled,
     // A port Docker published on the host (direct ports, an operator's opt-in) is reported as it is; without
     // one, the proxy mapping's port (the <cluster>-<port> alias), or null.

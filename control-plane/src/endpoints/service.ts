@@ -6,6 +6,7 @@ import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Endpoint, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { requireOwnImage } from '../images/snapshot-images.ts';
 import { TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { TemplateResolver } from '../templates/resolve.ts';
 import {
@@ -113,6 +114,7 @@ export class EndpointService {
     else if (template?.startupScript) command = ['sh', '-c', template.startupScript];
     const gpuCount = input.gpuCount ?? 1;
     await this.#assertCouldFit(input.gpuType, gpuCount);
+    requireOwnImage(accountId, image, 'dockerImage');
     const id = newId('ep');
     await this.d.accounts.computeHours.assertBelow(actor, 'endpoints');
     // Registering enforces the role's maxEndpoints and makes the endpoint shareable.

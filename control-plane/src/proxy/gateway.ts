@@ -348,7 +348,7 @@ export class ProxyGateway {
     }
     const cookie = credentials.cookie === null ? null : readCookie(req.headers.cookie, SESSION_COOKIE);
     if (cookie) {
-      const session = await this.proxy.sessions.find(cookie, route.cluster.accountId, permission);
+      const session = await this.proxy.sessions.find(cookie, route.cluster.accountId);
       if (
         session &&
         session.clusterId === route.cluster.id &&

@@ -218,6 +218,11 @@ export const CommandBody = Type.Union([
     repository: Type.String({ pattern: '^[a-z0-9]+([._/-][a-z0-9]+)*$', maxLength: 200 }),
     tag: Type.String({ pattern: '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$' }),
     comment: Nullable(Type.String({ maxLength: 1000 })),
+    /**
+     * Keep the workload's volume in the snapshot too (a final snapshot: the volume is deleted next): its
+     * files become a layer at the mount path, and a workload created from the image starts with them.
+     */
+    includeVolume: Type.Optional(Type.Boolean()),
   }),
   /** Deletes the workload's volume directory (its container must be gone or stopped). Answers {removed}. */
   Type.Object({ name: Type.Literal('remove_volume'), workloadId: WorkloadId }),
@@ -232,6 +237,17 @@ export const CommandBody = Type.Union([
     workloadId: WorkloadId,
     repository: Type.String({ pattern: '^[a-z0-9]+([._/-][a-z0-9]+)*$', maxLength: 200 }),
     keep: Type.Array(Type.String({ maxLength: 200 }), { maxItems: 100 }),
+    /** When given, only these image ids are removed (one snapshot deleted); the rest are left alone. */
+    only: Type.Optional(Type.Array(Type.String({ maxLength: 200 }), { maxItems: 100 })),
+  }),
+  /**
+   * The workload's snapshots on this host: images tagged `repository:*` whose `anvil.workload` label
+   * names the workload. Answers {images: [{imageId, tags, sizeBytes, createdAt}]}.
+   */
+  Type.Object({
+    name: Type.Literal('list_snapshots'),
+    workloadId: WorkloadId,
+    repository: Type.String({ pattern: '^[a-z0-9]+([._/-][a-z0-9]+)*$', maxLength: 200 }),
   }),
 ]);
 export type CommandBody = Static<typeof CommandBody>;

@@ -47,6 +47,14 @@ export const WorkloadDownload = Type.Object({
 });
 export type WorkloadDownload = Static<typeof WorkloadDownload>;
 
+/** What the agent hands Docker for one pull (the X-Registry-Auth of the engine's API). */
+export const RegistryAuth = Type.Object({
+  serverAddress: Type.String({ minLength: 1, maxLength: 255 }),
+  username: Type.String({ maxLength: 255 }),
+  password: Type.String({ maxLength: 4096 }),
+});
+export type RegistryAuth = Static<typeof RegistryAuth>;
+
 /** What the control plane wants running: one container per workload id. */
 export const WorkloadSpec = Type.Object({
   workloadId: WorkloadId,
@@ -98,6 +106,12 @@ export const WorkloadSpec = Type.Object({
    * bounds the writable layer where the engine can (see DiskQuotaInventory); over it, the status says so.
    */
   diskBytes: Type.Optional(Nullable(Type.Integer({ minimum: 1 }))),
+  /**
+   * Credentials for pulling `image`, from the owning account's registry settings when the image's
+   * registry host matches one. Like secretEnv: filled as the desired set is sent (never stored), not part
+   * of the spec hash, never logged. null or absent: the image is pulled anonymously.
+   */
+  registryAuth: Type.Optional(Nullable(RegistryAuth)),
 });
 export type WorkloadSpec = Static<typeof WorkloadSpec>;
 
@@ -137,6 +151,18 @@ export const WorkloadStatus = Type.Object({
    */
   diskUsedBytes: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
   diskLimitBytes: Type.Optional(Nullable(Type.Integer({ minimum: 0 }))),
+  /**
+   * While phase is `pulling`: bytes of the image's layers downloaded so far, and their total once Docker
+   * has announced every layer's size (null before that). Absent or null in every other phase.
+   */
+  pullProgress: Type.Optional(
+    Nullable(
+      Type.Object({
+        bytesDone: Type.Integer({ minimum: 0 }),
+        bytesTotal: Nullable(Type.Integer({ minimum: 0 })),
+      }),
+    ),
+  ),
   at: EpochMs,
 });
 export type WorkloadStatus = Static<typeof WorkloadStatus>;

@@ -33,7 +33,7 @@ const SETTINGS_DESCRIPTION =
   'slack.alerts.endpoint_failures false; billing.currency "USD", payment_method, billing_address and ' +
   'auto_recharge empty/off (there is no payment processor); security.session {timeout null, ' +
   'require_reauth_for_sensitive false, concurrent_sessions null} (no login sessions: API keys only); ' +
-  'security.audit.log_api_requests and log_resource_access false; integrations.github, docker, ' +
+  'security.audit.log_api_requests and log_resource_access false; integrations.github, ' +
   'monitoring.datadog and monitoring.grafana off (not implemented: Prometheus /metrics is the supported ' +
   'monitoring path); preferences timezone "UTC", language "en", theme "auto", date_format "YYYY/MM/DD", ' +
   'number_format "1,234.56". Sending those values back (an unchanged export) is accepted. ' +

@@ -65,6 +65,21 @@ const CREATE =
   'current_session_cost (hourly_rate × hours since the session opened). expires_at: the cluster is deleted ' +
   'automatically at that time (auto-termination; checked from the database, so it survives restarts).';
 
+const IMAGES =
+  'Images: docker_image is pulled by the host before every container create, with the credentials of the ' +
+  "account's integrations.docker.registries entry whose host matches the image's registry (used while " +
+  'integrations.docker.enabled is true; anonymous otherwise), so an image already on the host does not let ' +
+  'an account run it. While it is pulled the cluster is `starting` with image_pull {status `pulling`, ' +
+  "bytes_done, bytes_total}; a refused or missing image puts the cluster in `error` with the registry's " +
+  'reason in status_reason. A snapshot image (anvil-snapshots/<account id>/<cluster id>:<tag>, from stop ' +
+  'with save_state or a final snapshot) is usable only by the account that made it (another account gets 403 ' +
+  'FORBIDDEN with details.field docker_image); it exists only on the host that made it, so start from it with ' +
+  'from_snapshot, which places the cluster there. Images the operator lists as host images on an agent (ANVIL_HOST_IMAGES) run there for ' +
+  'every account without a pull. Snapshots: GET /v1/clusters/{id}/snapshots lists them, DELETE ' +
+  '/v1/clusters/{id}/snapshots/{snapshot_id} removes one, and from_snapshot starts a cluster from one on the ' +
+  'host that holds it. A final snapshot (delete with create_final_snapshot) also keeps /workspace: the ' +
+  "volume's files become a layer of the image, and a cluster started from it gets them in its new volume.";
+
 const LIST =
   'Filters: status, gpu_type, region, project_id, template_id (exact), search (case-insensitive substring of ' +
   'name or description, or the exact id), min_gpu_count/max_gpu_count, created_after/created_before (ISO ' +
@@ -79,7 +94,7 @@ const STOP =
   "stop_progress and in the cluster's `operation` as they run: notifying_processes (SIGTERM to the " +
   'container; SIGKILL with force), waiting_for_graceful_exit (until the processes exit or ' +
   'grace_period_minutes pass; none with force), creating_snapshot (save_state: `docker commit` of the ' +
-  'container to an image on its host, named anvil-snapshots/<cluster id>:<snapshot_name>; snapshot_id is ' +
+  'container to an image on its host, named anvil-snapshots/<account id>/<cluster id>:<snapshot_name>, usable only by this account; snapshot_id is ' +
   'the image id, estimated_size_gb its size), terminating_resources (the container is stopped and ' +
   'removed), cleaning_up (GPUs released; the volume deleted when preserve_data is false), completed → ' +
   'stopped. The volume stays on the host: a later start places the cluster on the same host (pending until ' +
@@ -109,7 +124,7 @@ const DELETE =
   'sessions), cleaning_storage (the volume deleted on the host), cleaning_network (the container and ' +
   'its published ports removed), cleaning_compute (GPUs released; pending clusters may be placed), ' +
   'updating_records (the cluster leaves the resource directory), completed (the cluster is gone: 404 ' +
-  'afterwards). Snapshots are images on the host (anvil-snapshots/<cluster id>:<tag>, made by stop with ' +
+  'afterwards). Snapshots are images on the host (anvil-snapshots/<account id>/<cluster id>:<tag>, made by stop with ' +
   'save_state and by create_final_snapshot). They are kept by default (preserve_snapshots true, ' +
   'delete_snapshots false). Asking for their removal either way — delete_snapshots true, or ' +
   'preserve_snapshots false — removes the earlier ones in cleaning_storage, through the agent, never ' +
@@ -174,7 +189,7 @@ export const clusterRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> =
         schema: {
           tags,
           summary: v1 ? 'Create a GPU cluster' : 'Create a GPU cluster (short form)',
-          description: `${CREATE} ${ACCESS}`,
+          description: `${CREATE} ${IMAGES} ${ACCESS}`,
           body: CreateClusterBody,
           response: {
             201: v1 ? Envelope(ClusterRef) : ShortRef,

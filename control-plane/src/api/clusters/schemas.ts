@@ -35,6 +35,20 @@ export const CreateClusterBody = Type.Object(
     docker_image: Type.Optional(
       Type.String({ minLength: 1, maxLength: 512, description: 'Required unless the template names one' }),
     ),
+    from_snapshot: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 512,
+        description:
+          "Start the cluster from one of this account's snapshots: its name as GET /v1/clusters/{id}/snapshots " +
+          'lists it (anvil-snapshots/<account id>/<cluster id>:<tag>). It becomes the docker_image (give one or ' +
+          'the other, or the same); the cluster is placed on the host that holds the snapshot, and is refused ' +
+          "(409 CONFLICT) while that host has no room. Another account's snapshot: 403 FORBIDDEN; an unknown " +
+          'one: 404 SNAPSHOT_NOT_FOUND; its host not connected: 409 HOST_NOT_CONNECTED. A final snapshot (delete ' +
+          'with create_final_snapshot) also carries /workspace: the new volume starts with its files; a stop ' +
+          "snapshot holds the container's files outside /workspace (the new volume starts empty).",
+      }),
+    ),
     gpu_type: Type.Optional(GpuType),
     gpu_count: size('gpu_count', 'GPUs, all of gpu_type, on one host'),
     cpu_cores: size('cpu_cores', 'CPU cores (a limit, and counted against the host threads)'),
@@ -156,6 +170,25 @@ export const Cluster = Type.Object(
     project_id: Nullable(Type.String()),
     template_id: Nullable(Type.String()),
     docker_image: Type.String(),
+    image_pull: Nullable(
+      Type.Object(
+        {
+          status: Type.Literal('pulling'),
+          image: Type.String(),
+          bytes_done: Type.Integer({ description: "Bytes of the image's layers downloaded so far" }),
+          bytes_total: Nullable(
+            Type.Integer({
+              description: 'Bytes of every layer to download; null until Docker has announced every size',
+            }),
+          ),
+        },
+        {
+          description:
+            'While the host pulls the image before creating the container (status starting): how far it got. ' +
+            "Null otherwise. A refused or missing image puts the cluster in `error`, with the registry's reason in status_reason.",
+        },
+      ),
+    ),
     ssh_enabled: Type.Boolean(),
     port_mappings: Type.Array(PortMapping),
     proxy_url: Nullable(Type.String()),
