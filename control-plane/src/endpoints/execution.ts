@@ -124,6 +124,15 @@ export class ExecutionService {
     }
   }
 
+  /**
+   * RunPod's status-sync (its JavaScript SDK's runSync polls it once the job outlives runsync's wait):
+   * the job's status, after waiting up to `waitMs` for it to finish; a finished job is answered at once.
+   */
+  async statusSync(actor: Actor, endpointId: string, jobId: string, waitMs: number) {
+    await this.d.endpoints.require(actor, endpointId, 'read');
+    return this.#waitFinal(endpointId, jobId, waitMs);
+  }
+
   async status(actor: Actor, endpointId: string, jobId: string) {
     await this.d.endpoints.require(actor, endpointId, 'read');
     return viewJob(await this.d.jobs.find(endpointId, jobId), this.d.clock.now());

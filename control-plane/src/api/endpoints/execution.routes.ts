@@ -4,7 +4,7 @@ import type { AppContext } from '../../context.ts';
 import { DEFAULT_STREAM_WAIT_MS, DEFAULT_SYNC_WAIT_MS } from '../../endpoints/execution.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { actorOf } from '../accounts/common.ts';
-import { EXEC_ACCESS, EXECUTION, QUEUE_HEALTH, RUNSYNC, WORKERS } from './docs.ts';
+import { EXEC_ACCESS, EXECUTION, QUEUE_HEALTH, RUNSYNC, STATUS_SYNC, WORKERS } from './docs.ts';
 import {
   ExecParams,
   JobAccepted,
@@ -85,6 +85,30 @@ export const executionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }>
       },
     },
     async (request) => execution.status(actorOf(request), request.params.endpoint_id, request.params.job_id),
+  );
+
+  app.get(
+    '/v2/:endpoint_id/status-sync/:job_id',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Status of a job, waiting for it to finish (long poll)',
+        description:
+          `${EXEC_ACCESS} RunPod's status-sync, which its JavaScript SDK's runSync calls while a job outlives ` +
+          `runsync's wait. ${STATUS_SYNC} Answers as /status does. ${EXECUTION}`,
+        params: JobParams,
+        querystring: RunSyncQuery,
+        response: { 200: Type.Ref('EndpointJob'), ...errors },
+      },
+    },
+    async (request) =>
+      execution.statusSync(
+        actorOf(request),
+        request.params.endpoint_id,
+        request.params.job_id,
+        request.query.wait ?? DEFAULT_SYNC_WAIT_MS,
+      ),
   );
 
   app.get(
