@@ -50,6 +50,32 @@ function checkWebhook(url: string, allowPrivate: boolean): void {
   }
 }
 
+/** A request to /run or /runsync: the queue's input plus RunPod fields Anvil refuses when they would act. */
+export interface RunInput extends SubmitInput {
+  policy?: (NonNullable<SubmitInput['policy']> & { lowPriority?: boolean | undefined }) | undefined;
+  s3Config?: unknown;
+}
+
+/** RunPod fields with no effect here: refused by name rather than dropped silently. */
+function refuseUnsupported(input: RunInput): void {
+  if (input.policy?.lowPriority === true) {
+    throw new ApiError(
+      'NOT_SUPPORTED',
+      'policy.lowPriority is not supported: every queued job counts for scaling',
+      {
+        field: 'policy.lowPriority',
+        reason: 'the autoscaler counts every queued job; leave it out or false',
+      },
+    );
+  }
+  if (input.s3Config !== undefined) {
+    throw new ApiError('NOT_SUPPORTED', 's3Config is not supported: workers get only {id, input}', {
+      field: 's3Config',
+      reason: 'pass storage settings in input or in the endpoint’s environmentVariables',
+    });
+  }
+}
+
 /**
  * The execution API (RunPod's): queue a job, wait for it, read its status and stream, cancel, retry,
  * purge the queue, and the queue's health. Jobs need `execute` on the endpoint to run or change, `read` to
@@ -70,8 +96,9 @@ export class ExecutionService {
     },
   ) {}
 
-  async run(actor: Actor, endpointId: string, input: SubmitInput) {
+  async run(actor: Actor, endpointId: string, input: RunInput) {
     const endpoint = await this.d.endpoints.require(actor, endpointId, 'execute');
+    refuseUnsupported(input);
     if (input.webhook !== undefined) checkWebhook(input.webhook, this.d.allowPrivateWebhooks);
     const job = await this.d.jobs.submit(
       endpoint,
@@ -88,13 +115,13 @@ export class ExecutionService {
     return job;
   }
 
-  async runAsync(actor: Actor, endpointId: string, input: SubmitInput) {
+  async runAsync(actor: Actor, endpointId: string, input: RunInput) {
     const job = await this.run(actor, endpointId, input);
     return { id: job.id, status: job.status };
   }
 
   /** Queues the job and waits up to `waitMs` for it to finish; answers its status either way. */
-  async runSync(actor: Actor, endpointId: string, input: SubmitInput, waitMs: number) {
+  async runSync(actor: Actor, endpointId: string, input: RunInput, waitMs: number) {
     const job = await this.run(actor, endpointId, input);
     return this.#waitFinal(endpointId, job.id, waitMs);
   }

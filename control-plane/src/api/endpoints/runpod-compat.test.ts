@@ -5,11 +5,12 @@ import { createTestApp, type TestApp } from '../../testing/app.ts';
 import { waitFor } from '../../testing/wait.ts';
 
 /**
- * GET /v2/<endpoint_id>/status-sync/<job_id>: RunPod's long-poll status. Workers on simulated hosts stay
+ * GET /v2/<endpoint_id>/status-sync/<job_id>: RunPod's long-poll status; RunPod's /run fields without an
+ * effect here are refused by name. Workers on simulated hosts stay
  * `starting` (no agent), so the test moves a job to its worker and finishes it through the job queue and
  * the dispatcher's notice, as the dispatcher does when a worker answers.
  */
-describe('serverless execution: status-sync long poll', () => {
+describe('serverless execution: RunPod compatibility (status-sync, refused RunPod fields)', () => {
   let t: TestApp;
   let endpointId: string;
   let workerId: string;
@@ -113,5 +114,30 @@ describe('serverless execution: status-sync long poll', () => {
     expect(foreign.json().error).toBe('ENDPOINT_NOT_FOUND');
     // Nothing changed: the job is still queued.
     expect((await call(t, { url: `/v2/${endpointId}/status/${jobId}` })).json().status).toBe('IN_QUEUE');
+  });
+
+  it('refuses policy.lowPriority=true and s3Config with 400 NOT_SUPPORTED naming them, queueing nothing', async () => {
+    const before = await t.context.db.prisma.endpointJob.count({ where: { endpointId } });
+    for (const [route, extra, field] of [
+      ['run', { policy: { lowPriority: true } }, 'policy.lowPriority'],
+      ['runsync?wait=0', { policy: { lowPriority: true, ttl: 60_000 } }, 'policy.lowPriority'],
+      ['run', { s3Config: { bucketName: 'b' } }, 's3Config'],
+    ] as const) {
+      const r = await call(t, {
+        method: 'POST',
+        url: `/v2/${endpointId}/${route}`,
+        payload: { input: 1, ...extra },
+      });
+      expect(r.statusCode, r.body).toBe(400);
+      expect(r.json()).toMatchObject({ error: 'NOT_SUPPORTED', details: { field } });
+    }
+    expect(await t.context.db.prisma.endpointJob.count({ where: { endpointId } })).toBe(before);
+    // lowPriority false is what every job does: accepted.
+    const normal = await call(t, {
+      method: 'POST',
+      url: `/v2/${endpointId}/run`,
+      payload: { input: 1, policy: { lowPriority: false } },
+    });
+    expect(normal.statusCode, normal.body).toBe(200);
   });
 });
