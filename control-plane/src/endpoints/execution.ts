@@ -160,8 +160,18 @@ export class ExecutionService {
     return this.#waitFinal(endpointId, jobId, waitMs);
   }
 
-  async status(actor: Actor, endpointId: string, jobId: string) {
+  async status(actor: Actor, endpointId: string, jobId: string, query: { ttl?: string | undefined } = {}) {
     await this.d.endpoints.require(actor, endpointId, 'read');
+    if (query.ttl !== undefined) {
+      throw new ApiError(
+        'NOT_SUPPORTED',
+        'ttl is not supported on /status: set policy.ttl when queueing the job',
+        {
+          field: 'ttl',
+          reason: 'a job’s ttl is set once, by policy.ttl on /run or /runsync',
+        },
+      );
+    }
     return viewJob(await this.d.jobs.find(endpointId, jobId), this.d.clock.now());
   }
 

@@ -14,6 +14,7 @@ import {
   QueueHealth,
   RunBody,
   RunSyncQuery,
+  StatusQuery,
   StreamQuery,
   StreamRecord,
 } from './schemas.ts';
@@ -79,12 +80,14 @@ export const executionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }>
         description:
           `${EXEC_ACCESS} {id, status, delayTime (ms queued before a worker took it; to now while queued), ` +
           'executionTime (ms on the worker; to now while running), output, error, workerId, retries, createdAt, ' +
-          `startedAt, completedAt, expiresAt}. ${EXECUTION}`,
+          `startedAt, completedAt, expiresAt}. RunPod's ?ttl= is refused with 400 NOT_SUPPORTED. ${EXECUTION}`,
         params: JobParams,
+        querystring: StatusQuery,
         response: { 200: Type.Ref('EndpointJob'), ...errors },
       },
     },
-    async (request) => execution.status(actorOf(request), request.params.endpoint_id, request.params.job_id),
+    async (request) =>
+      execution.status(actorOf(request), request.params.endpoint_id, request.params.job_id, request.query),
   );
 
   app.get(

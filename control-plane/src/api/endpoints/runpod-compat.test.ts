@@ -116,7 +116,7 @@ describe('serverless execution: RunPod compatibility (status-sync, refused RunPo
     expect((await call(t, { url: `/v2/${endpointId}/status/${jobId}` })).json().status).toBe('IN_QUEUE');
   });
 
-  it('refuses policy.lowPriority=true and s3Config with 400 NOT_SUPPORTED naming them, queueing nothing', async () => {
+  it('refuses policy.lowPriority=true, s3Config and /status?ttl= with 400 NOT_SUPPORTED naming them, changing nothing', async () => {
     const before = await t.context.db.prisma.endpointJob.count({ where: { endpointId } });
     for (const [route, extra, field] of [
       ['run', { policy: { lowPriority: true } }, 'policy.lowPriority'],
@@ -132,6 +132,13 @@ describe('serverless execution: RunPod compatibility (status-sync, refused RunPo
       expect(r.json()).toMatchObject({ error: 'NOT_SUPPORTED', details: { field } });
     }
     expect(await t.context.db.prisma.endpointJob.count({ where: { endpointId } })).toBe(before);
+    // RunPod sets a ttl through /status?ttl=; here it is set once, by policy.ttl.
+    const queued = await run();
+    const expires = (await call(t, { url: `/v2/${endpointId}/status/${queued}` })).json().expiresAt;
+    const ttl = await call(t, { url: `/v2/${endpointId}/status/${queued}?ttl=6000` });
+    expect(ttl.statusCode, ttl.body).toBe(400);
+    expect(ttl.json()).toMatchObject({ error: 'NOT_SUPPORTED', details: { field: 'ttl' } });
+    expect((await call(t, { url: `/v2/${endpointId}/status/${queued}` })).json().expiresAt).toBe(expires);
     // lowPriority false is what every job does: accepted.
     const normal = await call(t, {
       method: 'POST',

@@ -291,6 +291,18 @@ export const RunBody = Type.Object(
   { additionalProperties: false },
 );
 
+export const StatusQuery = Type.Object(
+  {
+    ttl: Type.Optional(
+      Type.String({
+        description:
+          'RunPod’s way to set a job’s ttl while reading it: refused with 400 NOT_SUPPORTED (set policy.ttl on /run)',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
 export const RunSyncQuery = Type.Object(
   {
     wait: Type.Optional(
