@@ -48,6 +48,32 @@ function checkWebhook(url: string, allowPrivate: boolean): void {
   }
 }
 
+/** A request to /run or /runsync: the queue's input plus RunPod fields Anvil refuses when they would act. */
+export interface RunInput extends SubmitInput {
+  policy?: (NonNullable<SubmitInput['policy']> & { lowPriority?: boolean | undefined }) | undefined;
+  s3Config?: unknown;
+}
+
+/** RunPod fields with no effect here: refused by name rather than dropped silently. */
+function refuseUnsupported(input: RunInput): void {
+  if (input.policy?.lowPriority === true) {
+    throw new ApiError(
+      'NOT_SUPPORTED',
+      'policy.lowPriority is not supported: every queued job counts for scaling',
+      {
+        field: 'policy.lowPriority',
+        reason: 'the autoscaler counts every queued job; leave it out or false',
+      },
+    );
+  }
+  if (input.s3Config !== undefined) {
+    throw new ApiError('NOT_SUPPORTED', 's3Config is not supported: workers get only {id, input}', {
+      field: 's3Config',
+      reason: 'pass storage settings in input or in the endpoint’s environmentVariables',
+    });
+  }
+}
+
 /**
  * The execution API (RunPod's): queue a job, wait for it, read its status and stream, cancel, retry,
  * purge the queue, and the queue's health. Jobs need `execute` on the endpoint to run or change, `read` to
@@ -68,8 +94,9 @@ export class ExecutionService {
     },
   ) {}
 
-  async run(actor: Actor, endpointId: string, input: SubmitInput) {
+  async run(actor: Actor, endpointId: string, input: RunInput) {
     const endpoint = await this.d.endpoints.require(actor, endpointId, 'execute');
+    refuseUnsupported(input);
     if (input.webhook !== undefined) checkWebhook(input.webhook, this.d.allowPrivateWebhooks);
     const job = await this.d.jobs.submit(
       endpoint,
@@ -86,13 +113,13 @@ export class ExecutionService {
     return job;
   }
 
-  async runAsync(actor: Actor, endpointId: string, input: SubmitInput) {
+  async runAsync(actor: Actor, endpointId: string, input: RunInput) {
     const job = await this.run(actor, endpointId, input);
     return { id: job.id, status: job.status };
   }
 
   /** Queues the job and waits up to `waitMs` for it to finish; answers its status either way. */
-  async runSync(actor: Actor, endpointId: string, input: SubmitInput, waitMs: number) {
+  async runSync(actor: Actor, endpointId: string, input: RunInput, waitMs: number) {
     const job = await this.run(actor, endpointId, input);
     return this.#waitFinal(endpointId, job.id, waitMs);
   }
@@ -122,8 +149,27 @@ export class ExecutionService {
     }
   }
 
-  async status(actor: Actor, endpointId: string, jobId: string) {
+  /**
+   * RunPod's status-sync (its JavaScript SDK's runSync polls it once the job outlives runsync's wait):
+   * the job's status, after waiting up to `waitMs` for it to finish; a finished job is answered at once.
+   */
+  async statusSync(actor: Actor, endpointId: string, jobId: string, waitMs: number) {
     await this.d.endpoints.require(actor, endpointId, 'read');
+    return this.#waitFinal(endpointId, jobId, waitMs);
+  }
+
+  async status(actor: Actor, endpointId: string, jobId: string, query: { ttl?: string | undefined } = {}) {
+    await this.d.endpoints.require(actor, endpointId, 'read');
+    if (query.ttl !== undefined) {
+      throw new ApiError(
+        'NOT_SUPPORTED',
+        'ttl is not supported on /status: set policy.ttl when queueing the job',
+        {
+          field: 'ttl',
+          reason: 'a job’s ttl is set once, by policy.ttl on /run or /runsync',
+        },
+      );
+    }
     return viewJob(await this.d.jobs.find(endpointId, jobId), this.d.clock.now());
   }
 

@@ -1,6 +1,6 @@
 import { AUTOSCALING_FORMULA } from '../../endpoints/autoscaler.ts';
 import { BOUNDS } from '../../endpoints/configuration.ts';
-import { DEFAULT_SYNC_WAIT_MS, HEALTH_WINDOW_MS } from '../../endpoints/execution.ts';
+import { DEFAULT_SYNC_WAIT_MS, HEALTH_WINDOW_MS, MAX_SYNC_WAIT_MS } from '../../endpoints/execution.ts';
 import { MAX_ATTEMPTS } from '../../endpoints/jobs.ts';
 import { WEBHOOK_DELAYS_MS } from '../../endpoints/maintenance.ts';
 
@@ -76,7 +76,9 @@ export const EXECUTION =
   'as one usage record (kind execution, cost 0): GPU hours = (completed − started) × gpuCount; what is billed ' +
   'is the workers’ uptime (see Billing).';
 
-export const RUNSYNC = `Queues the job, then waits up to ?wait= ms (default ${DEFAULT_SYNC_WAIT_MS}, at most 300000) for it to finish. Answers 200 with the job status either way: COMPLETED with output, FAILED with error, or still IN_QUEUE / IN_PROGRESS with its id to poll /status.`;
+export const RUNSYNC = `Queues the job, then waits up to ?wait= ms (default ${DEFAULT_SYNC_WAIT_MS}, at most 300000) for it to finish. Answers 200 with the job status either way: COMPLETED with output, FAILED with error, or still IN_QUEUE / IN_PROGRESS with its id to poll /status or wait on /status-sync.`;
+
+export const STATUS_SYNC = `Waits up to ?wait= ms (default ${DEFAULT_SYNC_WAIT_MS}, at most ${MAX_SYNC_WAIT_MS}, as runsync) for the job to reach COMPLETED, FAILED, CANCELLED or TIMED_OUT, and answers 200 with its status as soon as it does, or its current status (IN_QUEUE / IN_PROGRESS) when the wait ends; a finished job is answered at once. A wait outside 0–${MAX_SYNC_WAIT_MS} or not an integer is 400 VALIDATION_ERROR.`;
 
 export const QUEUE_HEALTH = `jobs.inQueue and inProgress now; completed, failed, cancelled, timedOut (by completion) and retried in the last ${HEALTH_WINDOW_MS / 3_600_000} h. workers: ready = idle (no running job) + running, initializing (container starting or GET /health not yet 2xx), draining (finishing jobs before removal), unhealthy (ready, last GET /health failed), throttled always 0.`;
 

@@ -4,7 +4,7 @@ import type { AppContext } from '../../context.ts';
 import { DEFAULT_STREAM_WAIT_MS, DEFAULT_SYNC_WAIT_MS } from '../../endpoints/execution.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { actorOf } from '../accounts/common.ts';
-import { EXEC_ACCESS, EXECUTION, QUEUE_HEALTH, RUNSYNC, WORKERS } from './docs.ts';
+import { EXEC_ACCESS, EXECUTION, QUEUE_HEALTH, RUNSYNC, STATUS_SYNC, WORKERS } from './docs.ts';
 import {
   ExecParams,
   JobAccepted,
@@ -14,6 +14,7 @@ import {
   QueueHealth,
   RunBody,
   RunSyncQuery,
+  StatusQuery,
   StreamQuery,
   StreamRecord,
 } from './schemas.ts';
@@ -79,12 +80,38 @@ export const executionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }>
         description:
           `${EXEC_ACCESS} {id, status, delayTime (ms queued before a worker took it; to now while queued), ` +
           'executionTime (ms on the worker; to now while running), output, error, workerId, retries, createdAt, ' +
-          `startedAt, completedAt, expiresAt}. ${EXECUTION}`,
+          `startedAt, completedAt, expiresAt}. RunPod's ?ttl= is refused with 400 NOT_SUPPORTED. ${EXECUTION}`,
         params: JobParams,
+        querystring: StatusQuery,
         response: { 200: Type.Ref('EndpointJob'), ...errors },
       },
     },
-    async (request) => execution.status(actorOf(request), request.params.endpoint_id, request.params.job_id),
+    async (request) =>
+      execution.status(actorOf(request), request.params.endpoint_id, request.params.job_id, request.query),
+  );
+
+  app.get(
+    '/v2/:endpoint_id/status-sync/:job_id',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Status of a job, waiting for it to finish (long poll)',
+        description:
+          `${EXEC_ACCESS} RunPod's status-sync, which its JavaScript SDK's runSync calls while a job outlives ` +
+          `runsync's wait. ${STATUS_SYNC} Answers as /status does. ${EXECUTION}`,
+        params: JobParams,
+        querystring: RunSyncQuery,
+        response: { 200: Type.Ref('EndpointJob'), ...errors },
+      },
+    },
+    async (request) =>
+      execution.statusSync(
+        actorOf(request),
+        request.params.endpoint_id,
+        request.params.job_id,
+        request.query.wait ?? DEFAULT_SYNC_WAIT_MS,
+      ),
   );
 
   app.get(

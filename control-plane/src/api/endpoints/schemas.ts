@@ -269,9 +269,35 @@ export const RunBody = Type.Object(
               description: 'ms the job lives from submission; default 24 h',
             }),
           ),
+          lowPriority: Type.Optional(
+            Type.Boolean({
+              description:
+                'RunPod’s: true (the job would not make the autoscaler add workers) is refused with 400 ' +
+                'NOT_SUPPORTED, every queued job counts for scaling here; false is what every job does',
+            }),
+          ),
         },
         { additionalProperties: false },
       ),
+    ),
+    s3Config: Type.Optional(
+      Type.Unknown({
+        description:
+          'RunPod’s bucket credentials for the worker: refused with 400 NOT_SUPPORTED (the worker contract ' +
+          'hands a worker only {id, input}; pass storage settings in input or the endpoint’s environment)',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const StatusQuery = Type.Object(
+  {
+    ttl: Type.Optional(
+      Type.String({
+        description:
+          'RunPod’s way to set a job’s ttl while reading it: refused with 400 NOT_SUPPORTED (set policy.ttl on /run)',
+      }),
     ),
   },
   { additionalProperties: false },
