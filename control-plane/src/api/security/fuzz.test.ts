@@ -18,7 +18,11 @@ import { ManualClock } from '../../testing/clock.ts';
  */
 
 const SEED = 0x5eed_0015;
-const REQUESTS = Number(process.env['ANVIL_FUZZ_REQUESTS'] ?? 10_000);
+// 10,000 on PGlite (the run the issue asks for); the PostgreSQL run repeats the same seed's first 3,000,
+// which covers the SQL that differs between the two without doubling the file's time.
+const REQUESTS = Number(
+  process.env['ANVIL_FUZZ_REQUESTS'] ?? (process.env['ANVIL_TEST_DB'] === 'postgres' ? 3_000 : 10_000),
+);
 
 /** Bookkeeping every request may write: not state a refused request could change. */
 const BOOKKEEPING_TABLES = new Set([
