@@ -8,6 +8,7 @@ import type { AppContext } from '../../context.ts';
 import { TrustedProxies } from '../../http/client-address.ts';
 import { Envelope, ok } from '../../http/envelope.ts';
 import { wrappedErrors } from '../../http/error-body.ts';
+import { admitOrRefuse } from '../../http/rate-limit.ts';
 import {
   refuseServiceKey,
   type TerminalClient,
@@ -18,6 +19,8 @@ import { actorOf } from '../accounts/common.ts';
 
 const tags = ['clusters'];
 const TERMINAL_PATH = /^\/v1\/clusters\/(cluster_[a-z0-9]+)\/terminal$/;
+/** The upgrade's route pattern, as the rate limiter's endpoint rules match routes. */
+const TERMINAL_ROUTE = '/v1/clusters/:cluster_id/terminal';
 /** Largest client message: input pastes are split by browsers long before this. */
 const MAX_MESSAGE_BYTES = 1024 * 1024;
 
@@ -243,6 +246,11 @@ async function authorise(
   const principal = await context.keys.resolve(request.headers.authorization);
   refuseServiceKey(principal);
   await context.accounts.ipPolicy.check(principal.accountId, ip);
+  // The request guard never sees an upgrade: it counts here, as a read of the terminal (a ticket's upgrade
+  // was counted when the ticket was issued, by POST /v1/clusters/{id}/terminal/sessions).
+  await admitOrRefuse(context.rateLimits, principal, 'GET', TERMINAL_ROUTE, {
+    priority: request.headers['x-priority'],
+  });
   const actor = { principal, ip };
   if (!principal.scopes.includes('clusters') || !principal.permissions.includes('write')) {
     throw new ApiError(
