@@ -1395,8 +1395,8 @@ runTable(
       url: `${S}/integrations`,
       payload: { docker: { registries: [{ url: 'not a registry' }] } },
       status: 400,
-      code: 'NOT_SUPPORTED',
-      field: 'docker.registries',
+      code: 'VALIDATION_ERROR',
+      field: 'docker.registries.0.url',
     },
     {
       name: 'registry without url',
