@@ -116,9 +116,20 @@ export function checkParameters(parameters: Record<string, ParameterValue>, pref
   }
 }
 
-/** h100, H100, "NVIDIA H100" → H100; unknown names are a configuration error. */
-export function gpuTypeOfRequest(value: string | undefined, field: string): GpuType {
-  if (value === undefined) return 'H100';
+/**
+ * h100, H100, "NVIDIA H100" → H100; unknown names are a configuration error. Omitted: the account's
+ * preferences.default_gpu_type when it names a known type, else H100.
+ */
+export function gpuTypeOfRequest(
+  value: string | undefined,
+  field: string,
+  fallback: string | null = null,
+): GpuType {
+  if (value === undefined) {
+    return fallback !== null && (GPU_TYPES as readonly string[]).includes(fallback)
+      ? (fallback as GpuType)
+      : 'H100';
+  }
   const upper = value.toUpperCase().replace(/[\s_-]/g, '');
   const match = GPU_TYPES.find((t) => upper === t || upper.endsWith(t));
   if (!match)
@@ -134,7 +145,7 @@ function stringArray(value: unknown, field: string): string[] {
   return value as string[];
 }
 
-function fullInput(body: FullJobRequest): JobInput {
+function fullInput(body: FullJobRequest, defaultGpuType: string | null): JobInput {
   const config = body.config;
   const training = config['training'];
   if (training !== undefined && !isRecord(training))
@@ -162,7 +173,7 @@ function fullInput(body: FullJobRequest): JobInput {
     tags: body.tags ?? [],
     config,
     parameters,
-    gpuType: gpuTypeOfRequest(body.gpuType, 'gpuType'),
+    gpuType: gpuTypeOfRequest(body.gpuType, 'gpuType', defaultGpuType),
     gpusPerWorker,
     workers: body.maxWorkers ?? 1,
     priority: body.priority ?? 'normal',
@@ -173,7 +184,7 @@ function fullInput(body: FullJobRequest): JobInput {
   };
 }
 
-function shortInput(body: ShortJobRequest): JobInput {
+function shortInput(body: ShortJobRequest, defaultGpuType: string | null): JobInput {
   const hp = body.hyperparameters ?? {};
   const config: Record<string, unknown> = {
     framework: body.framework ?? 'pytorch',
@@ -212,7 +223,7 @@ function shortInput(body: ShortJobRequest): JobInput {
     tags: [],
     config,
     parameters,
-    gpuType: gpuTypeOfRequest(body.infrastructure?.gpuType, 'infrastructure.gpuType'),
+    gpuType: gpuTypeOfRequest(body.infrastructure?.gpuType, 'infrastructure.gpuType', defaultGpuType),
     gpusPerWorker: body.infrastructure?.gpuCount ?? 1,
     workers: 1,
     priority: 'normal',
@@ -224,8 +235,10 @@ function shortInput(body: ShortJobRequest): JobInput {
 }
 
 /** Normalises either creation form; configuration errors answer 400 CONFIGURATION_ERROR {field, reason}. */
-export function jobInputOf(body: CreateJobRequest): JobInput {
-  const input = isShortForm(body) ? shortInput(body) : fullInput(body as FullJobRequest);
+export function jobInputOf(body: CreateJobRequest, defaultGpuType: string | null = null): JobInput {
+  const input = isShortForm(body)
+    ? shortInput(body, defaultGpuType)
+    : fullInput(body as FullJobRequest, defaultGpuType);
   const name = input.name.trim();
   if (name === '')
     throw new ApiError('VALIDATION_ERROR', 'name must not be blank', { field: 'name', reason: 'blank' });

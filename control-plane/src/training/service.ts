@@ -131,7 +131,8 @@ export class TrainingService {
 
   async create(actor: Actor, body: CreateJobRequest) {
     await this.requireAccess(actor, 'execute');
-    const input = jobInputOf(body);
+    const defaults = await this.d.accounts.settings.createDefaults(actor.principal.accountId);
+    const input = jobInputOf(body, defaults.gpuType);
     await this.d.accounts.computeHours.assertBelow(actor, 'training jobs');
     const job = await this.createFromInput(
       { accountId: actor.principal.accountId, userId: actor.principal.userId },

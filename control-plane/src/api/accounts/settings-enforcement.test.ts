@@ -225,7 +225,7 @@ describe('account settings: every field acts or is refused', () => {
     expect(tokyo.periodStart).toMatch(/T15:00:00\.000Z$/);
   });
 
-  it('default-region-gpu: a cluster create that omits gpu_type or region uses the preferences', async () => {
+  it('default-region-gpu: a cluster create that omits gpu_type or region, and a training job that omits its GPU type, use the preferences', async () => {
     await insertSimulatedHosts(t.context.db, { prefix: 'h', count: 1, gpusPerHost: 2, region: 'us-east-1' });
     const [a100Host] = await insertSimulatedHosts(t.context.db, {
       prefix: 'a',
@@ -265,5 +265,40 @@ describe('account settings: every field acts or is refused', () => {
       where: { id: explicit.json().data.id },
     });
     expect(explicitRow).toMatchObject({ gpuType: 'H100', region: 'us-east-1' });
+
+    // A training job that names no GPU type takes the default too; one that names its type keeps it.
+    const dataset = await call(t, {
+      method: 'POST',
+      url: '/v2/training/datasets',
+      payload: { name: 'defaults', type: 'text', format: 'jsonl' },
+    });
+    expect(dataset.statusCode, dataset.body).toBe(201);
+    const { id: datasetId, uploadToken } = dataset.json();
+    const upload = await t.app.inject({
+      method: 'PUT',
+      url: `/v2/training/uploads/datasets/${datasetId}`,
+      headers: { authorization: `Bearer ${uploadToken}`, 'content-type': 'application/octet-stream' },
+      payload: Buffer.from('{"text":"a"}\n'.repeat(20)),
+    });
+    expect(upload.statusCode, upload.body).toBe(202);
+    await t.context.datasets.processor.idle();
+    const job = (infrastructure?: Record<string, unknown>) =>
+      call(t, {
+        method: 'POST',
+        url: '/v2/training/jobs',
+        payload: {
+          name: `job-${infrastructure ? 'explicit' : 'defaulted'}`,
+          datasetConfig: { datasetId },
+          ...(infrastructure ? { infrastructure } : {}),
+        },
+      });
+    const gpuTypeOf = async (res: Awaited<ReturnType<typeof job>>) => {
+      expect(res.statusCode, res.body).toBeLessThan(300);
+      const body = res.json();
+      const jobId = (body.jobId ?? body.id ?? body.data?.id) as string;
+      return (await t.context.db.prisma.trainingJob.findUniqueOrThrow({ where: { id: jobId } })).gpuType;
+    };
+    expect(await gpuTypeOf(await job())).toBe('A100');
+    expect(await gpuTypeOf(await job({ gpuType: 'H100' }))).toBe('H100');
   });
 });
