@@ -55,6 +55,21 @@ export class ComputeHoursLimit {
     };
   }
 
+  /**
+   * Why a member's running work is past their role's maxComputeHours (shown as its status reason: it goes
+   * on, but nothing new of theirs is placed), or null while below it or without such a limit.
+   */
+  async reachedReason(accountId: string, userId: string): Promise<string | null> {
+    const member = await this.deps.access.load(accountId, userId);
+    if (!member || this.deps.access.limitations(member).maxComputeHours === undefined) return null;
+    const use = await this.use(member);
+    if (use.max === null || use.used < use.max) return null;
+    return (
+      `compute-hours limit reached: ${use.used} of the ${use.max} GPU-hours a month role ${member.role} ` +
+      `allows (maxComputeHours); this keeps running, but nothing new is placed until ${use.periodEnd.toISOString()}`
+    );
+  }
+
   /** Refuses new placement for a member whose GPU-hours this month reached their role's limit. */
   async assertBelow(actor: Actor, what: string): Promise<void> {
     const member = await this.deps.access.caller(actor);

@@ -299,6 +299,21 @@ export class ClusterService {
         new Map((status?.ports ?? []).map((p) => [`${p.containerPort}/${p.protocol}`, p.hostPort])),
       );
     }
+    // Running work of a member past their role's maxComputeHours goes on, and says why nothing new starts.
+    const ownerKey = (c: Cluster) => `${c.accountId}:${c.ownerId}`;
+    const owners = new Map(clusters.filter((c) => c.status === 'running').map((c) => [ownerKey(c), c]));
+    const limitReasons = new Map<string, string | null>(
+      await Promise.all(
+        [...owners].map(
+          async ([key, c]) =>
+            [key, await this.d.accounts.computeHours.reachedReason(c.accountId, c.ownerId)] as const,
+        ),
+      ),
+    );
+    for (const cluster of clusters) {
+      const reason = cluster.status === 'running' ? limitReasons.get(ownerKey(cluster)) : null;
+      if (reason && !problems.has(cluster.id)) problems.set(cluster.id, reason);
+    }
     const now = this.d.clock.now();
     return Promise.all(
       clusters.map((cluster) =>

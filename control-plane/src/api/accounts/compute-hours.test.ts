@@ -56,7 +56,7 @@ describe('maxComputeHours', () => {
       })
     ).body;
 
-  it('refuses new placement once the month’s GPU-hours reach the limit; running work goes on', async () => {
+  it('refuses new placement once the month’s GPU-hours reach the limit; running work goes on and says why', async () => {
     const first = await createCluster('first');
     expect(first.status, JSON.stringify(first.body)).toBe(201);
     const id = first.body.data.id as string;
@@ -96,6 +96,13 @@ describe('maxComputeHours', () => {
     // The running cluster is not stopped.
     const running = await http('GET', `/v1/clusters/${id}`, capped.key);
     expect(running.body.data.status).toBe('running');
+    // ... and says why nothing new of this member starts, in the cluster and in the list.
+    expect(running.body.data.status_reason).toMatch(/^compute-hours limit reached: 2\.5 of the 2 GPU-hours/);
+    const listed = await http('GET', '/v1/clusters', capped.key);
+    const inList = (listed.body.data.clusters as { id: string; status_reason: string | null }[]).find(
+      (c) => c.id === id,
+    );
+    expect(inList?.status_reason).toContain('maxComputeHours');
     expect((await check()).details.limitations).toMatchObject({
       usedComputeHours: 2.5,
       remainingComputeHours: 0,
