@@ -66,7 +66,7 @@ export interface Config {
   usageAlertSeconds: number;
   /** USD per GB (10^9 bytes) of data transfer through tunnels and dataset downloads; 0 meters for free. */
   transferPricePerGb: number;
-  /** USD per GB-hour of stored datasets; 0 meters for free. */
+  /** USD per GB-hour of stored datasets and workloads' measured disks; 0 meters for free. */
   storagePricePerGbHour: number;
   /** Seconds between storage metering passes (0 = no timer). */
   storageMeterSeconds: number;

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp, ManualClock, type TestApp } from '../testing/index.ts';
+import { workloadSpecInput } from '../testing/workload-spec.ts';
 import { StorageMeter } from './storage-meter.ts';
 
 const HOUR = 3_600_000;
@@ -98,5 +99,61 @@ describe('storage metering', () => {
     expect(deleted.statusCode, deleted.body).toBeLessThan(300);
     clock.advance(HOUR);
     expect(await meter.pass()).toBe(0);
+  });
+
+  it('bills a workload disk from the agent’s samples to its cluster, each figure held until the next', async () => {
+    const { value } = await t.context.fleet.joinTokens.create({ userId: t.userId, keyId: null }, {});
+    const host = await t.context.fleet.hosts.register({ joinToken: value, hostname: 'h', agentVersion: 't' });
+    if (!host.ok) throw new Error(host.reason);
+    const workload = await t.context.fleet.workloads.create({
+      hostId: host.hostId,
+      kind: 'cluster',
+      ownerAccountId: t.accountId,
+      spec: workloadSpecInput({
+        image: 'x',
+        command: null,
+        labels: { 'anvil.cluster': 'cluster_disk', 'anvil.account': t.accountId },
+      }),
+    });
+    const t0 = clock.now().getTime();
+    const sample = (offsetMs: number, diskUsedBytes: number) =>
+      t.database.db.prisma.metricSample.create({
+        data: {
+          hostId: host.hostId,
+          kind: 'container',
+          series: workload.id,
+          at: new Date(t0 + offsetMs),
+          data: { diskUsedBytes, cpuPercent: 1 },
+          receivedAt: new Date(t0 + offsetMs),
+        },
+      });
+    await sample(0, 2e9);
+    await sample(60_000, 4e9);
+    // The container stopped reporting: its last figure counts five minutes, no more.
+    clock.advance(HOUR);
+    expect(await meter.pass()).toBe(1);
+    const [disk] = await t.database.db.prisma.usageRecord.findMany({
+      where: { kind: 'storage', resourceId: 'cluster_disk' },
+    });
+    expect(disk).toMatchObject({
+      accountId: t.accountId,
+      resourceType: 'cluster',
+      unit: 'GB-hours',
+      metadata: { source: 'workload_disk', peakBytes: 4e9 },
+      startedAt: new Date(t0),
+    });
+    // 2 GB for one minute, then 4 GB for five.
+    expect(disk!.quantity).toBeCloseTo(2 / 60 + (4 * 5) / 60, 12);
+
+    // Later samples are billed from where the record ended, never twice.
+    await sample(HOUR + 60_000, 1e9);
+    clock.advance(10 * 60_000);
+    expect(await meter.pass()).toBe(1);
+    const later = await t.database.db.prisma.usageRecord.findMany({
+      where: { kind: 'storage', resourceId: 'cluster_disk' },
+      orderBy: { endedAt: 'asc' },
+    });
+    expect(later).toHaveLength(2);
+    expect(later[1]!.quantity).toBeCloseTo((1 * 5) / 60, 12);
   });
 });

@@ -3,9 +3,21 @@ import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import { PassLoop } from '../util/pass-loop.ts';
 
+type Tx = Parameters<Parameters<Database['prisma']['$transaction']>[0]>[0];
+
 /** Held for a pass's transaction, so two replicas never bill the same hours twice. */
 const METER_LOCK = 7245318014;
 const HOUR_MS = 3_600_000;
+/** A workload's last disk figure counts this long after it was taken (the agent measures about once a minute). */
+const SAMPLE_VALID_MS = 5 * 60_000;
+/** How far back a workload never billed before is looked at (raw samples are not kept much longer). */
+const FIRST_LOOKBACK_MS = 24 * HOUR_MS;
+/** What a workload's spec labels say it belongs to (as in transfer-meter.ts). */
+const RESOURCE_LABELS = [
+  ['anvil.cluster', 'cluster'],
+  ['anvil.endpoint', 'endpoint'],
+  ['anvil.training-job', 'training_job'],
+] as const;
 
 export interface StorageMeterOptions {
   db: Database;
@@ -18,7 +30,10 @@ export interface StorageMeterOptions {
 }
 
 /**
- * Storage as usage records (kind `storage`, unit GB-hours): the bytes of every stored dataset version,
+ * Storage as usage records (kind `storage`, unit GB-hours). Workloads' disks: the agent's measured disk
+ * (writable layer plus volume, `diskUsedBytes` of its container samples), each sample's figure held until
+ * the next one (at most SAMPLE_VALID_MS), billed to the cluster, endpoint or training job the workload
+ * belongs to (metadata.source `workload_disk`). Datasets: the bytes of every stored dataset version,
  * from the version's creation (or the end of the dataset's last storage record) to the pass. Each pass
  * bills the time since the previous one, per dataset, so the records tile time without gaps or overlap;
  * the watermark is the records themselves (their endedAt), so a restart or another replica continues
@@ -100,8 +115,102 @@ export class StorageMeter {
           metadata: { bytes, versions: dataset.versions.length },
         });
       }
+      records.push(...(await this.#workloadDisks(tx, now)));
       if (records.length > 0) await tx.usageRecord.createMany({ data: records });
       return records.length;
     });
+  }
+
+  /** GB-hours of workloads' measured disks since each resource's last disk record, from container samples. */
+  async #workloadDisks(tx: Tx, now: Date) {
+    const billed = await tx.usageRecord.findMany({
+      where: { kind: 'storage', resourceType: { in: ['cluster', 'endpoint', 'training_job'] } },
+      select: { resourceType: true, resourceId: true, endedAt: true },
+      orderBy: { endedAt: 'desc' },
+      distinct: ['resourceType', 'resourceId'],
+    });
+    const billedUntil = new Map(billed.map((r) => [`${r.resourceType}:${r.resourceId}`, r.endedAt]));
+    const from = new Date(now.getTime() - FIRST_LOOKBACK_MS - SAMPLE_VALID_MS);
+    const samples = await tx.metricSample.findMany({
+      where: { kind: 'container', at: { gt: from, lte: now } },
+      select: { series: true, at: true, data: true },
+      orderBy: [{ series: 'asc' }, { at: 'asc' }],
+    });
+    const bySeries = new Map<string, { at: Date; used: number }[]>();
+    for (const sample of samples) {
+      const used = (sample.data as Record<string, unknown> | null)?.['diskUsedBytes'];
+      if (typeof used !== 'number') continue;
+      const list = bySeries.get(sample.series) ?? [];
+      list.push({ at: sample.at, used });
+      bySeries.set(sample.series, list);
+    }
+    if (bySeries.size === 0) return [];
+    const workloads = await tx.workload.findMany({
+      where: { id: { in: [...bySeries.keys()] } },
+      select: { id: true, kind: true, ownerAccountId: true, spec: true },
+    });
+    // Several workloads may belong to one resource (an endpoint's workers): summed into one record.
+    const totals = new Map<
+      string,
+      {
+        accountId: string;
+        resourceType: string;
+        resourceId: string;
+        gbHours: number;
+        start: Date;
+        peak: number;
+      }
+    >();
+    for (const workload of workloads) {
+      const labels = (workload.spec as { labels?: Record<string, string> } | null)?.labels ?? {};
+      const found = RESOURCE_LABELS.find(([label]) => labels[label]);
+      const resourceType = found ? found[1] : workload.kind;
+      const resourceId = found ? (labels[found[0]] as string) : workload.id;
+      const key = `${resourceType}:${resourceId}`;
+      const since = billedUntil.get(key) ?? new Date(now.getTime() - FIRST_LOOKBACK_MS);
+      const list = bySeries.get(workload.id) ?? [];
+      let gbHours = 0;
+      let start: Date | null = null;
+      let peak = 0;
+      for (const [i, sample] of list.entries()) {
+        const next = list[i + 1]?.at.getTime() ?? now.getTime();
+        const held = Math.min(next, sample.at.getTime() + SAMPLE_VALID_MS, now.getTime());
+        const begin = Math.max(sample.at.getTime(), since.getTime());
+        if (held <= begin) continue;
+        gbHours += (sample.used / 1e9) * ((held - begin) / HOUR_MS);
+        peak = Math.max(peak, sample.used);
+        if (!start || begin < start.getTime()) start = new Date(begin);
+      }
+      if (!start || gbHours <= 0) continue;
+      const total = totals.get(key);
+      if (total) {
+        total.gbHours += gbHours;
+        total.peak = Math.max(total.peak, peak);
+        if (start < total.start) total.start = start;
+      } else {
+        totals.set(key, {
+          accountId: workload.ownerAccountId,
+          resourceType,
+          resourceId,
+          gbHours,
+          start,
+          peak,
+        });
+      }
+    }
+    return [...totals.values()].map((t) => ({
+      id: newId('use'),
+      accountId: t.accountId,
+      userId: null,
+      resourceType: t.resourceType,
+      resourceId: t.resourceId,
+      kind: 'storage',
+      quantity: t.gbHours,
+      unit: 'GB-hours',
+      cost: t.gbHours * this.#o.pricePerGbHour,
+      startedAt: t.start,
+      endedAt: now,
+      metadata: { source: 'workload_disk', peakBytes: t.peak },
+    }));
   }
 }
