@@ -78,6 +78,12 @@ describe('buildCreateOptions', () => {
     });
   });
 
+  it('caps the CPU limit at the host’s CPUs, which dockerd refuses to exceed', () => {
+    const spec = workloadSpec('w-cpus', { cpus: 8 });
+    expect(buildCreateOptions(spec, { ...context, hostCpus: 2 }).HostConfig?.NanoCpus).toBe(2_000_000_000);
+    expect(buildCreateOptions(spec, { ...context, hostCpus: 16 }).HostConfig?.NanoCpus).toBe(8_000_000_000);
+  });
+
   it('gives simulated GPUs only the env variable, and GPU-less containers none at all', () => {
     const gpus = [{ index: 0, uuid: 'GPU-sim-0' }];
     const simulated = buildCreateOptions(workloadSpec('w2', { gpus }), { ...context, gpuMode: 'env-only' });

@@ -88,7 +88,10 @@ export function buildCreateOptions(
     SecurityOpt: ['no-new-privileges:true'],
     PidsLimit: spec.pidsLimit ?? DEFAULT_PIDS_LIMIT,
   };
-  if (spec.cpus !== null) hostConfig.NanoCpus = Math.round(spec.cpus * 1e9);
+  if (spec.cpus !== null) {
+    const cpus = context.hostCpus ? Math.min(spec.cpus, context.hostCpus) : spec.cpus;
+    hostConfig.NanoCpus = Math.round(cpus * 1e9);
+  }
   if (spec.memoryBytes !== null) {
     hostConfig.Memory = spec.memoryBytes;
     // Equal to Memory: the limit is the limit, not a licence to swap as much again.

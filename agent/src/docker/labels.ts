@@ -42,6 +42,11 @@ export interface SpecContext {
   directPorts?: DirectPorts | null;
   /** The engine bounds writable layers: diskBytes becomes `--storage-opt size`. */
   storageQuota?: boolean;
+  /**
+   * The host's CPUs: dockerd refuses a CPU limit above them ("Range of CPUs is from 0.01 to N"), so a
+   * larger request is capped here (the limit cannot give more than the host has anyway).
+   */
+  hostCpus?: number;
 }
 
 export interface DirectPorts {

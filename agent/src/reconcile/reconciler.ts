@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { WorkloadPhase, WorkloadSpec, WorkloadStatus } from '@anvil/shared/protocol';
 import type { Logger } from 'pino';
@@ -143,6 +144,7 @@ export class Reconciler {
       gpuMode: options.gpuMode,
       directPorts: options.directPorts ?? null,
       storageQuota: options.storageQuota ?? false,
+      hostCpus: availableParallelism(),
     };
     this.#downloads = new DownloadCache(downloadRoot, {
       request: options.requestDownload ?? null,
