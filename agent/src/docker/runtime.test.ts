@@ -55,7 +55,11 @@ describe.skipIf(!dockerAvailable())('container runtime against the real Docker e
       volume: { containerPath: '/data' },
       restartPolicy: { name: 'unless-stopped', maxRetries: 0 },
     });
-    const id = await rt.create(spec, context());
+    // Ports are published only where the operator opted in to direct ports, on that one address.
+    const id = await rt.create(spec, {
+      ...context(),
+      directPorts: { address: '127.0.0.1', first: 41000, last: 41999 },
+    });
     await rt.start(id);
     await rt.start(id); // 304 already started counts as done
 
@@ -80,7 +84,8 @@ describe.skipIf(!dockerAvailable())('container runtime against the real Docker e
     expect(details.HostConfig.DeviceRequests ?? []).toEqual([]);
     const binding = details.NetworkSettings.Ports['8080/tcp']?.[0];
     expect(binding?.HostIp).toBe('127.0.0.1');
-    expect(Number(binding?.HostPort)).toBeGreaterThan(0);
+    expect(Number(binding?.HostPort)).toBeGreaterThanOrEqual(41000);
+    expect(Number(binding?.HostPort)).toBeLessThanOrEqual(41999);
 
     const file = join(volumeRoot, spec.workloadId, 'hello.txt');
     expect(await waitFor(() => readFile(file, 'utf8').catch(() => null))).toBe('written\n');
