@@ -12,7 +12,7 @@ import { createIptablesFirewall } from '../../agent/src/network/firewall.ts';
 import { Reconciler } from '../../agent/src/reconcile/reconciler.ts';
 import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { workloadSpec } from '../agent/fixtures.ts';
-import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
+import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../fixtures/images/busybox.ts';
 import { type Dockerd, dockerOrFail, startDockerd } from '../fleet/docker.ts';
 import { execIn, httpGetIn, type Listener, listen, ourRules } from './host-net.ts';
 
@@ -84,6 +84,7 @@ describe.skipIf(!enabled)('account network rules across a dockerd restart', () =
     listener = await listen('0.0.0.0');
     const logger = pino({ level: 'silent' });
     reconciler = new Reconciler({
+      hostImages: TEST_HOST_IMAGES,
       runtime: createContainerRuntime(dockerd.docker),
       hostId,
       volumeRoot,

@@ -6,7 +6,7 @@ import type Dockerode from 'dockerode';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
-import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
+import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../../../test/fixtures/images/busybox.ts';
 import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
 import { systemClock } from '../clock.ts';
 import { volumeDir } from '../docker/container-config.ts';
@@ -97,6 +97,7 @@ describe.skipIf(!dockerAvailable())('disk measure against the real Docker engine
       everyMs: 0,
     });
     const reconciler = new Reconciler({
+      hostImages: TEST_HOST_IMAGES,
       runtime,
       hostId,
       volumeRoot,

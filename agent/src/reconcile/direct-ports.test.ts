@@ -7,7 +7,7 @@ import type Dockerode from 'dockerode';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
-import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
+import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../../../test/fixtures/images/busybox.ts';
 import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
 import { systemClock } from '../clock.ts';
 import { createContainerRuntime } from '../docker/runtime.ts';
@@ -48,6 +48,7 @@ describe.skipIf(!dockerAvailable())(
     }, async () => {
       const first = 41_000 + (process.pid % 500) * 10;
       const reconciler = new Reconciler({
+        hostImages: TEST_HOST_IMAGES,
         runtime: createContainerRuntime(docker),
         hostId,
         volumeRoot,
