@@ -32,7 +32,7 @@ import {
 } from './requests.ts';
 import { snapshotCleanupOf } from './snapshots.ts';
 import { checkNotifyUsers, pendingNotifications } from './stop-notifications.ts';
-import { type ActualPorts, type ClusterView, clusterView, costOf } from './view.ts';
+import { type ActualPorts, type ClusterView, clusterView, costOf, type StorageQuota } from './view.ts';
 import type { ClusterViewParts } from './view-parts.ts';
 
 /** Where a cluster's volume is mounted in its container (RunPod's convention). */
@@ -314,6 +314,22 @@ export class ClusterService {
       const reason = cluster.status === 'running' ? limitReasons.get(ownerKey(cluster)) : null;
       if (reason && !problems.has(cluster.id)) problems.set(cluster.id, reason);
     }
+    // Whether each placed cluster's host bounds storage_gb (overlay2 on xfs with pquota) or only measures it.
+    const hostIds = [...new Set(clusters.map((c) => c.hostId).filter((id): id is string => id !== null))];
+    const hosts =
+      hostIds.length === 0
+        ? []
+        : await this.d.db.prisma.host.findMany({
+            where: { id: { in: hostIds } },
+            select: { id: true, inventory: true },
+          });
+    const quotas = new Map(
+      hosts.map((h) => {
+        const quota = (h.inventory as { isolation?: { diskQuota?: StorageQuota } } | null)?.isolation
+          ?.diskQuota;
+        return [h.id, quota ? { enforced: quota.enforced, reason: quota.reason ?? null } : null] as const;
+      }),
+    );
     const now = this.d.clock.now();
     return Promise.all(
       clusters.map((cluster) =>
@@ -323,6 +339,7 @@ export class ClusterService {
           parts: this.#parts,
           actualPorts: ports.get(cluster.id) ?? new Map(),
           runningProblem: problems.get(cluster.id) ?? null,
+          storageQuota: cluster.hostId ? (quotas.get(cluster.hostId) ?? null) : null,
           actualStatus: statuses.get(cluster.id) ?? null,
           withMetrics,
         }),

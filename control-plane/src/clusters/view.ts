@@ -24,6 +24,8 @@ export interface ClusterView {
   docker_image: string;
   /** While the host pulls the image before creating the container; null otherwise. */
   image_pull: ImagePull | null;
+  /** Whether the host it is placed on bounds storage_gb, as its agent reports; null when not placed or unknown. */
+  storage_quota: StorageQuota | null;
   ssh_enabled: boolean;
   port_mappings: { internal_port: number; external_port: number | null; protocol: string }[];
   proxy_url: string | null;
@@ -106,6 +108,11 @@ export function imagePullOf(image: string, status: WorkloadStatus | null): Image
   };
 }
 
+export interface StorageQuota {
+  enforced: boolean;
+  reason: string | null;
+}
+
 /** Published host ports the agent reported, by container port and protocol. */
 export type ActualPorts = Map<string, number>;
 
@@ -120,6 +127,8 @@ export async function clusterView(
     withMetrics: boolean;
     /** What the agent says is wrong with the running container (over its disk quota), or null. */
     runningProblem?: string | null;
+    /** The placed host's disk-quota capability (its inventory), or null when not placed or unknown. */
+    storageQuota?: StorageQuota | null;
   },
 ): Promise<ClusterView> {
   const ports = (cluster.ports as unknown as PortRequest[]) ?? [];
@@ -142,6 +151,7 @@ export async function clusterView(
     template_id: cluster.templateId,
     docker_image: cluster.dockerImage,
     image_pull: cluster.status === 'starting' ? imagePullOf(cluster.dockerImage, input.actualStatus) : null,
+    storage_quota: input.storageQuota ?? null,
     ssh_enabled: cluster.sshEnabled,
     // A port Docker published on the host (direct ports, an operator's opt-in) is reported as it is; without
     // one, the proxy mapping's port (the <cluster>-<port> alias), or null.

@@ -189,6 +189,18 @@ export const Cluster = Type.Object(
         },
       ),
     ),
+    storage_quota: Nullable(
+      Type.Object(
+        { enforced: Type.Boolean(), reason: Nullable(Type.String()) },
+        {
+          description:
+            'Whether the host the cluster is placed on bounds storage_gb: enforced true where the engine limits ' +
+            'the writable layer (overlay2 on xfs with pquota); false (with the reason) where the agent only ' +
+            'measures disk use, and a cluster over storage_gb keeps running with status_reason "disk over ' +
+            'quota". Null when not placed, or the host runs an agent older than tenant isolation.',
+        },
+      ),
+    ),
     ssh_enabled: Type.Boolean(),
     port_mappings: Type.Array(PortMapping),
     proxy_url: Nullable(Type.String()),
