@@ -119,7 +119,9 @@ describe.skipIf(!dockerAvailable())('training jobs through a control-plane resta
     );
     expect(failed.statusReason).toContain('unreachable');
     expect(failed.resourceUsage.gpuHours).toBeGreaterThan(0);
-    expect(await t.context.db.prisma.usageRecord.count({ where: { resourceId: job.id } })).toBe(1);
+    expect(
+      await t.context.db.prisma.usageRecord.count({ where: { resourceId: job.id, kind: 'gpu_compute' } }),
+    ).toBe(1);
     // The container still runs on the dead host; when its agent returns, the desired set no longer names it.
     fleet.agent = await startAgent(fleet.docker, {
       controlPlaneUrl: `http://127.0.0.1:${port}`,

@@ -197,7 +197,9 @@ describe.skipIf(!dockerAvailable())('training jobs with a real agent and Docker'
     expect(final.checkpoints.map((c: { path: string }) => c.path)).toEqual(['step-2', 'step-4']);
     expect(final.resourceUsage.gpuHours).toBeGreaterThan(0);
     expect(final.resourceUsage.cost).toBeCloseTo(final.resourceUsage.gpuHours * 3.6, 3);
-    const usage = await t().context.db.prisma.usageRecord.findMany({ where: { resourceId: job.id } });
+    const usage = await t().context.db.prisma.usageRecord.findMany({
+      where: { resourceId: job.id, kind: 'gpu_compute' },
+    });
     expect(usage).toHaveLength(1);
     expect(usage[0]).toMatchObject({ resourceType: 'training_job', gpuCount: 1 });
     await waitFor('containers removed', async () => (await containersOf(job.id)).length === 0);

@@ -53,11 +53,20 @@ export class StorageMeter {
     });
   }
 
+  #first: NodeJS.Timeout | null = null;
+
+  /**
+   * The first pass comes min(interval, 5 min) after start, not at once: a start-up stays quiet, and the
+   * records' watermark means nothing is lost by waiting (the pass bills from where the last one ended).
+   */
   start(): void {
-    if (this.#o.intervalSeconds > 0) this.#loop.start();
+    if (this.#o.intervalSeconds <= 0 || this.#first) return;
+    this.#first = setTimeout(() => this.#loop.start(), Math.min(this.#o.intervalSeconds, 300) * 1000);
+    this.#first.unref();
   }
 
   stop(): Promise<void> {
+    if (this.#first) clearTimeout(this.#first);
     return this.#loop.stop();
   }
 

@@ -92,7 +92,9 @@ describe('endpoint worker uptime billing', () => {
       const row = await prisma.endpointWorker.findUniqueOrThrow({ where: { id: worker.id } });
       return row.status === 'stopped' ? row : null;
     });
-    const records = await prisma.usageRecord.findMany({ where: { resourceId: endpointId } });
+    const records = await prisma.usageRecord.findMany({
+      where: { resourceId: endpointId, kind: 'gpu_compute' },
+    });
     expect(records).toHaveLength(1);
     expect(records[0]).toMatchObject({
       resourceType: 'endpoint',
@@ -124,7 +126,9 @@ describe('endpoint worker uptime billing', () => {
     expect(gpu.gpuUsage).toEqual([
       expect.objectContaining({ gpuType: 'H100', totalHours: 0.4, totalCost: 1.2, sessions: 1 }),
     ]);
-    expect(await prisma.usageRecord.count({ where: { resourceId: endpointId } })).toBe(1);
+    expect(await prisma.usageRecord.count({ where: { resourceId: endpointId, kind: 'gpu_compute' } })).toBe(
+      1,
+    );
   });
 
   it('documents the rule in the OpenAPI descriptions of the usage and endpoint routes', async () => {
