@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { newId } from '@anvil/shared';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { WebSocket } from 'ws';
 import { addAccount } from '../../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../testing/app.ts';
 import { clusterRow } from '../../testing/cluster-row.ts';
+import { tryUpgrade } from '../../testing/ws-upgrade.ts';
 
 const run = promisify(execFile);
 
@@ -305,25 +305,9 @@ describe('account ip_whitelist', () => {
     });
     await enforce(['127.0.0.2']);
     const upgrade = (from: string) =>
-      new Promise<{ status: number; body: string }>((resolve, reject) => {
-        const ws = new WebSocket(`${api.replace('http', 'ws')}/v1/clusters/${clusterId}/terminal`, {
-          headers: owner(),
-          localAddress: from,
-        });
-        ws.on('unexpected-response', (_req, res) => {
-          let body = '';
-          res.on('data', (chunk: Buffer) => {
-            body += chunk.toString();
-          });
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-        });
-        ws.on('open', () => {
-          ws.close();
-          resolve({ status: 101, body: '' });
-        });
-        ws.on('error', (error) => {
-          if (!String(error.message).includes('Unexpected server response')) reject(error);
-        });
+      tryUpgrade(`${api.replace('http', 'ws')}/v1/clusters/${clusterId}/terminal`, {
+        headers: owner(),
+        localAddress: from,
       });
     const outside = await upgrade('127.0.0.1');
     expect(outside.status).toBe(403);

@@ -1,9 +1,9 @@
 import { newId } from '@anvil/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { WebSocket } from 'ws';
 import { TIER_LIMITS } from '../../ratelimit/policy.ts';
 import { clusterRow } from '../../testing/cluster-row.ts';
 import { createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
+import { tryUpgrade } from '../../testing/ws-upgrade.ts';
 
 /**
  * The request guard never sees a WebSocket upgrade: the terminal's upgrade with an API key counts against
@@ -15,24 +15,8 @@ describe('web terminal upgrades are rate limited', () => {
   const clusterId = newId('cluster');
 
   const upgrade = () =>
-    new Promise<{ status: number; body: string; headers: Record<string, unknown> }>((resolve, reject) => {
-      const ws = new WebSocket(`${base.replace('http', 'ws')}/v1/clusters/${clusterId}/terminal`, {
-        headers: { authorization: `Bearer ${t.ownerKey}` },
-      });
-      ws.on('unexpected-response', (_req, res) => {
-        let body = '';
-        res.on('data', (chunk: Buffer) => {
-          body += chunk.toString();
-        });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers }));
-      });
-      ws.on('open', () => {
-        ws.terminate();
-        resolve({ status: 101, body: '', headers: {} });
-      });
-      ws.on('error', (error) => {
-        if (!/Unexpected server response/.test(error.message)) reject(error);
-      });
+    tryUpgrade(`${base.replace('http', 'ws')}/v1/clusters/${clusterId}/terminal`, {
+      headers: { authorization: `Bearer ${t.ownerKey}` },
     });
 
   beforeAll(async () => {

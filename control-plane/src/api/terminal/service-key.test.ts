@@ -1,8 +1,8 @@
 import { newId } from '@anvil/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { WebSocket } from 'ws';
 import { createTestApp, type TestApp } from '../../testing/app.ts';
 import { clusterRow } from '../../testing/cluster-row.ts';
+import { tryUpgrade } from '../../testing/ws-upgrade.ts';
 
 /** A shell is a member's tool: service keys are refused by the terminal, over REST and the WebSocket. */
 describe('web terminal and service keys', () => {
@@ -13,24 +13,8 @@ describe('web terminal and service keys', () => {
 
   /** The upgrade's answer: the HTTP status and body of a refusal, or 101 when it opened. */
   const upgrade = (key: string) =>
-    new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const ws = new WebSocket(`${base.replace('http', 'ws')}/v1/clusters/${clusterId}/terminal`, {
-        headers: { authorization: `Bearer ${key}` },
-      });
-      ws.on('unexpected-response', (_req, res) => {
-        let body = '';
-        res.on('data', (chunk: Buffer) => {
-          body += chunk.toString();
-        });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      });
-      ws.on('open', () => {
-        ws.terminate();
-        resolve({ status: 101, body: '' });
-      });
-      ws.on('error', (error) => {
-        if (!/Unexpected server response/.test(error.message)) reject(error);
-      });
+    tryUpgrade(`${base.replace('http', 'ws')}/v1/clusters/${clusterId}/terminal`, {
+      headers: { authorization: `Bearer ${key}` },
     });
 
   beforeAll(async () => {
