@@ -8,6 +8,8 @@ export const GpuDevice = Type.Object({
   memoryTotalBytes: Nullable(Type.Integer({ minimum: 0 })),
   /** Domain-qualified, as NVML reports it: 00000000:18:00.0 */
   pciBusId: Nullable(Type.String()),
+  /** nvmlDeviceGetMigMode's current mode; a MIG-enabled GPU is not offered as a whole GPU. Absent: unknown. */
+  migEnabled: Type.Optional(Nullable(Type.Boolean())),
 });
 export type GpuDevice = Static<typeof GpuDevice>;
 

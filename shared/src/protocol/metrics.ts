@@ -1,5 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { EpochMs, Nullable, WorkloadId } from './common.ts';
+import { GpuHealth } from './gpu-health.ts';
 
 /**
  * Counters (bytes, operations) are cumulative since boot or container start, as the kernel and Docker
@@ -50,6 +51,8 @@ export const GpuMetrics = Type.Object({
   smClockMhz: Gauge,
   memoryClockMhz: Gauge,
   processes: Type.Array(GpuProcess),
+  /** Absent from agents older than GPU health, and from simulated GPUs that declare none. */
+  health: Type.Optional(GpuHealth),
 });
 export type GpuMetrics = Static<typeof GpuMetrics>;
 
