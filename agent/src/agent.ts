@@ -33,6 +33,7 @@ import { LogCursors } from './logs/cursors.ts';
 import { LogManager } from './logs/manager.ts';
 import { DiskMeter } from './metrics/disk-usage.ts';
 import { MetricsSampler } from './metrics/sampler.ts';
+import { SnapshotMeter } from './metrics/snapshot-meter.ts';
 import { AccountNetworks } from './network/account-networks.ts';
 import { createIptablesFirewall, type Firewall } from './network/firewall.ts';
 import { controlPlaneDownloads } from './reconcile/download-request.ts';
@@ -222,6 +223,13 @@ export function createAgent(options: AgentOptions): Agent {
       clock,
       logger,
       maxSamples: options.maxMetricSamples ?? 360,
+      snapshots: options.runtime.snapshotUsage
+        ? new SnapshotMeter({
+            list: options.runtime.snapshotUsage.bind(options.runtime),
+            clock,
+            everyMs: options.diskMeasureMs ?? 60_000,
+          })
+        : null,
       disk: disk && {
         meter: disk,
         volumeDirOf: (id) => (reconciler.specOf(id)?.volume ? volumeDir(options.volumeRoot, id) : null),

@@ -221,6 +221,33 @@ describe.skipIf(!dockerAvailable())('container runtime against the real Docker e
     }
   });
 
+  it('lists snapshot images with the bytes each adds to its parent, for storage metering', async () => {
+    const writer = await docker.createContainer({
+      Image: 'anvil-test/busybox:latest',
+      Cmd: ['sh', '-c', 'head -c 1000000 /dev/urandom > /blob'],
+      Labels: { 'anvil.test': '1', 'anvil.run': run, 'anvil.workload': `cluster_${run}` },
+    });
+    const repository = `anvil-snapshots/rt-${run}/usage`;
+    try {
+      await writer.start();
+      await writer.wait();
+      const committed = (await writer.commit({ repo: repository, tag: 'stop-1' })) as { Id: string };
+      const base = await docker.getImage('anvil-test/busybox:latest').inspect();
+      const usage = (await runtime().snapshotUsage!()).find((u) => u.imageId === committed.Id);
+      expect(usage).toMatchObject({ repository, workloadId: `cluster_${run}` });
+      // The 1 MB file (plus directory entries), not the base image the snapshot shares with others.
+      expect(usage!.ownBytes).toBeGreaterThanOrEqual(1_000_000);
+      expect(usage!.ownBytes).toBeLessThan(1_100_000);
+      expect(usage!.sizeBytes).toBe(base.Size + usage!.ownBytes!);
+    } finally {
+      await writer.remove({ force: true });
+      await docker
+        .getImage(`${repository}:stop-1`)
+        .remove({ force: true })
+        .catch(() => {});
+    }
+  });
+
   it('answers ImageMissingError when the image to create from is not on the host', async () => {
     const spec = workloadSpec(wid('noimage'), { image: 'localhost:1/anvil-test/missing:v1' });
     await expect(runtime().create(spec, context())).rejects.toThrow(ImageMissingError);

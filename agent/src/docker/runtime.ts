@@ -1,6 +1,12 @@
 import { existsSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
-import type { DockerInventory, RegistryAuth, SecretFile, WorkloadSpec } from '@anvil/shared/protocol';
+import type {
+  DockerInventory,
+  RegistryAuth,
+  SecretFile,
+  SnapshotImageUsage,
+  WorkloadSpec,
+} from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { errorMessage, wrapError } from '../errors.ts';
 import { buildCreateOptions, volumeDir } from './container-config.ts';
@@ -16,6 +22,7 @@ import {
 import { type ContainerEvent, containerEvents } from './events.ts';
 import { containerName, LABELS, type SpecContext, specHash } from './labels.ts';
 import { type PullProgressEvent, pullImage } from './pull.ts';
+import { snapshotUsageOf } from './snapshot-usage.ts';
 import { buildTar } from './tar.ts';
 import { addWorkspaceLayer, seedWorkspace, WORKSPACE_LABEL } from './workspace-archive.ts';
 
@@ -91,6 +98,8 @@ export interface ContainerRuntime {
   }): Promise<SnapshotRemoval>;
   /** A workload's snapshot images (see the list_snapshots command). */
   listSnapshots?(target: { workloadId: string; repository: string }): Promise<SnapshotListing[]>;
+  /** Every snapshot image on the host with its own bytes, for storage metering. */
+  snapshotUsage?(): Promise<SnapshotImageUsage[]>;
 }
 
 export interface SnapshotListing extends SnapshotImage {
@@ -404,6 +413,16 @@ export function createContainerRuntime(docker: Dockerode): ContainerRuntime {
         if (isNotFound(err) || isConflict(err)) return false;
         throw new Error(`signal container ${id}: ${dockerMessage(err)}`, { cause: err });
       }
+    },
+
+    async snapshotUsage() {
+      let images: Dockerode.ImageInfo[];
+      try {
+        images = await docker.listImages();
+      } catch (err) {
+        throw wrapError('list images', err);
+      }
+      return snapshotUsageOf(images);
     },
 
     async listSnapshots({ workloadId, repository }) {

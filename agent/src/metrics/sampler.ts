@@ -8,6 +8,7 @@ import type { HostProvider } from '../host/provider.ts';
 import type { RunningContainer } from '../reconcile/reconciler.ts';
 import { ContainerStatsReader, dockerIsLocal } from './container-reader.ts';
 import type { DiskMeter } from './disk-usage.ts';
+import type { SnapshotMeter } from './snapshot-meter.ts';
 
 /** Disk figures for the container metrics: the meter and what it needs to know of each workload. */
 export interface SamplerDisk {
@@ -26,6 +27,8 @@ export interface MetricsSamplerOptions {
   /** Samples kept while they cannot be sent; the oldest go first and are counted. */
   maxSamples: number;
   disk?: SamplerDisk | null;
+  /** Snapshot images for storage metering; null or absent: samples carry none. */
+  snapshots?: SnapshotMeter | null;
 }
 
 /**
@@ -101,7 +104,7 @@ export class MetricsSampler {
   async sample(): Promise<MetricSample> {
     const { host, gpu, clock, logger } = this.#o;
     const at = clock.now();
-    const [hostSample, gpus, containers] = await Promise.all([
+    const [hostSample, gpus, containers, snapshots] = await Promise.all([
       host.sample().catch((err: unknown) => {
         logger.debug({ err: errorMessage(err) }, 'host sample failed');
         return null;
@@ -111,9 +114,11 @@ export class MetricsSampler {
         return [];
       }),
       this.#containers.read(this.#o.running()),
+      this.#snapshots(),
     ]);
+    const extra = snapshots ? { snapshots } : {};
     const disk = this.#o.disk;
-    if (!disk) return { at, host: hostSample, gpus, containers };
+    if (!disk) return { at, host: hostSample, gpus, containers, ...extra };
     // In the background: a volume walk must not delay the sample; its figures show in the next ones.
     disk.meter
       .measure(this.#o.running().map((r) => ({ ...r, volumeDir: disk.volumeDirOf(r.workloadId) })))
@@ -123,7 +128,16 @@ export class MetricsSampler {
       diskUsedBytes: disk.meter.usage(c.workloadId)?.usedBytes ?? null,
       diskLimitBytes: disk.limitOf(c.workloadId),
     }));
-    return { at, host: hostSample, gpus, containers: withDisk };
+    return { at, host: hostSample, gpus, containers: withDisk, ...extra };
+  }
+
+  async #snapshots() {
+    try {
+      return (await this.#o.snapshots?.due()) ?? null;
+    } catch (err) {
+      this.#o.logger.debug({ err: errorMessage(err) }, 'snapshot listing failed');
+      return null;
+    }
   }
 
   #trim(): void {

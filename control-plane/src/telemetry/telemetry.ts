@@ -35,7 +35,8 @@ const ROLLUP_LAG_MS = 10_000;
 /** Rows deleted per statement by retention, so a large purge never holds long locks. */
 const PURGE_CHUNK = 20_000;
 
-export type MetricKind = 'host' | 'gpu' | 'container';
+/** `snapshot`: a snapshot image's bytes, for storage metering (usage/storage-meter.ts). */
+export type MetricKind = 'host' | 'gpu' | 'container' | 'snapshot';
 
 interface MetricRow {
   host_id: string;
@@ -172,6 +173,22 @@ export function metricRows(hostId: string, sample: MetricSample): MetricRow[] {
       at,
       data,
       info: { containerId: cleanText(c.containerId, 128) },
+    });
+  }
+  for (const image of sample.snapshots ?? []) {
+    const data: Record<string, number> = {};
+    put(data, 'sizeBytes', image.sizeBytes);
+    put(data, 'ownBytes', image.ownBytes);
+    rows.push({
+      host_id: hostId,
+      kind: 'snapshot',
+      series: cleanText(image.imageId, 200),
+      at,
+      data,
+      info: {
+        repository: cleanText(image.repository, 300),
+        workloadId: image.workloadId === null ? null : cleanText(image.workloadId, 200),
+      },
     });
   }
   return rows;

@@ -156,4 +156,62 @@ describe('storage metering', () => {
     expect(later).toHaveLength(2);
     expect(later[1]!.quantity).toBeCloseTo((1 * 5) / 60, 12);
   });
+
+  it('bills a snapshot image on its host to the cluster’s account by its own bytes, also after the cluster is gone', async () => {
+    const register = async (hostname: string) => {
+      const { value } = await t.context.fleet.joinTokens.create({ userId: t.userId, keyId: null }, {});
+      const host = await t.context.fleet.hosts.register({ joinToken: value, hostname, agentVersion: 't' });
+      if (!host.ok) throw new Error(host.reason);
+      return host.hostId;
+    };
+    const [hostA, hostB] = [await register('snap-a'), await register('snap-b')];
+    const workload = await t.context.fleet.workloads.create({
+      hostId: hostA,
+      kind: 'cluster',
+      ownerAccountId: t.accountId,
+      spec: workloadSpecInput({ image: 'x', command: null, labels: { 'anvil.account': t.accountId } }),
+    });
+    const repository = `anvil-snapshots/${t.accountId}/${workload.id}`;
+    const image = (imageId: string, repo: string, ownBytes: number) => ({
+      imageId,
+      repository: repo,
+      workloadId: workload.id,
+      sizeBytes: ownBytes + 5e9,
+      ownBytes,
+    });
+    const t0 = clock.now().getTime();
+    // Through ingestion, as the agent's metric_batch arrives: listings a minute apart.
+    const listing = (offsetMs: number, hostId: string, snapshots: ReturnType<typeof image>[]) =>
+      t.context.fleet.telemetry.ingestMetrics(
+        hostId,
+        [{ at: t0 + offsetMs, host: null, gpus: [], containers: [], snapshots }],
+        0,
+      );
+    listing(0, hostA, [image('sha256:own', repository, 3e9)]);
+    listing(60_000, hostA, [image('sha256:own', repository, 3e9)]);
+    // Not billed: the same repository from a host the cluster never ran on, and a repository naming
+    // another account than the workload's.
+    listing(0, hostB, [image('sha256:elsewhere', repository, 9e9)]);
+    listing(0, hostA, [image('sha256:forged', `anvil-snapshots/acc_other/${workload.id}`, 9e9)]);
+    await t.context.fleet.telemetry.flush();
+    // The workload is deleted (the cluster with it): its snapshot stays on the host and stays billed.
+    await t.database.db.prisma.workload.update({ where: { id: workload.id }, data: { desired: 'deleted' } });
+    clock.advance(HOUR);
+
+    expect(await meter.pass()).toBeGreaterThanOrEqual(1);
+    const snapshots = await t.database.db.prisma.usageRecord.findMany({
+      where: { kind: 'storage', resourceType: 'snapshot' },
+    });
+    expect(snapshots).toHaveLength(1);
+    expect(snapshots[0]).toMatchObject({
+      accountId: t.accountId,
+      resourceId: 'sha256:own',
+      unit: 'GB-hours',
+      startedAt: new Date(t0),
+      metadata: { source: 'snapshot', clusterId: workload.id, hostId: hostA, peakBytes: 3e9 },
+    });
+    // 3 GB for the minute to the second listing, then five minutes more: the base image is not billed.
+    expect(snapshots[0]!.quantity).toBeCloseTo((3 * 6) / 60, 12);
+    expect(snapshots[0]!.cost).toBeCloseTo(((3 * 6) / 60) * 0.1, 12);
+  });
 });

@@ -125,6 +125,7 @@ export class StorageMeter {
         });
       }
       records.push(...(await this.#workloadDisks(tx, now)));
+      records.push(...(await this.#snapshotImages(tx, now)));
       if (records.length > 0) await tx.usageRecord.createMany({ data: records });
       return records.length;
     });
@@ -177,19 +178,7 @@ export class StorageMeter {
       const resourceId = found ? (labels[found[0]] as string) : workload.id;
       const key = `${resourceType}:${resourceId}`;
       const since = billedUntil.get(key) ?? new Date(now.getTime() - FIRST_LOOKBACK_MS);
-      const list = bySeries.get(workload.id) ?? [];
-      let gbHours = 0;
-      let start: Date | null = null;
-      let peak = 0;
-      for (const [i, sample] of list.entries()) {
-        const next = list[i + 1]?.at.getTime() ?? now.getTime();
-        const held = Math.min(next, sample.at.getTime() + SAMPLE_VALID_MS, now.getTime());
-        const begin = Math.max(sample.at.getTime(), since.getTime());
-        if (held <= begin) continue;
-        gbHours += (sample.used / 1e9) * ((held - begin) / HOUR_MS);
-        peak = Math.max(peak, sample.used);
-        if (!start || begin < start.getTime()) start = new Date(begin);
-      }
+      const { gbHours, start, peak } = heldGbHours(bySeries.get(workload.id) ?? [], since, now);
       if (!start || gbHours <= 0) continue;
       const total = totals.get(key);
       if (total) {
@@ -222,4 +211,111 @@ export class StorageMeter {
       metadata: { source: 'workload_disk', peakBytes: t.peak },
     }));
   }
+
+  /**
+   * GB-hours of cluster snapshots kept on hosts, from the agents' image listings (kind `snapshot` samples):
+   * each image's own bytes (what it adds to the image it was committed from), billed per image to the
+   * account of the cluster it was taken from, as long as it is on the host, also after the cluster is
+   * deleted. A listing counts only where the repository names the account and cluster of a workload
+   * placed on the reporting host, so a host can bill nobody for images it was not given.
+   */
+  async #snapshotImages(tx: Tx, now: Date) {
+    const from = new Date(now.getTime() - FIRST_LOOKBACK_MS - SAMPLE_VALID_MS);
+    const samples = await tx.metricSample.findMany({
+      where: { kind: 'snapshot', at: { gt: from, lte: now } },
+      select: { hostId: true, series: true, at: true, data: true, info: true },
+      orderBy: [{ series: 'asc' }, { at: 'asc' }],
+    });
+    if (samples.length === 0) return [];
+    const byImage = new Map<string, { hostId: string; clusterId: string; accountId: string; list: Held[] }>();
+    for (const sample of samples) {
+      const data = sample.data as Record<string, unknown> | null;
+      const own = data?.['ownBytes'] ?? data?.['sizeBytes'];
+      const named = repositoryOwner((sample.info as { repository?: unknown } | null)?.repository);
+      if (typeof own !== 'number' || !named) continue;
+      const key = `${sample.hostId} ${sample.series}`;
+      const entry = byImage.get(key) ?? { hostId: sample.hostId, ...named, list: [] };
+      entry.list.push({ at: sample.at, used: own });
+      byImage.set(key, entry);
+    }
+    const clusterIds = [...new Set([...byImage.values()].map((e) => e.clusterId))];
+    const [workloads, clusters, billed] = await Promise.all([
+      tx.workload.findMany({
+        where: { id: { in: clusterIds } },
+        select: { id: true, hostId: true, ownerAccountId: true },
+      }),
+      tx.cluster.findMany({ where: { id: { in: clusterIds } }, select: { id: true, ownerId: true } }),
+      tx.usageRecord.findMany({
+        where: { kind: 'storage', resourceType: 'snapshot' },
+        select: { resourceId: true, endedAt: true },
+        orderBy: { endedAt: 'desc' },
+        distinct: ['resourceId'],
+      }),
+    ]);
+    const workloadOf = new Map(workloads.map((w) => [w.id.toLowerCase(), w]));
+    const ownerOf = new Map(clusters.map((c) => [c.id.toLowerCase(), c.ownerId]));
+    const billedUntil = new Map(billed.map((r) => [r.resourceId, r.endedAt]));
+    const records = [];
+    for (const [key, entry] of byImage) {
+      const workload = workloadOf.get(entry.clusterId);
+      if (
+        !workload ||
+        workload.hostId !== entry.hostId ||
+        workload.ownerAccountId.toLowerCase() !== entry.accountId
+      ) {
+        continue;
+      }
+      const imageId = key.slice(key.indexOf(' ') + 1);
+      const since = billedUntil.get(imageId) ?? new Date(now.getTime() - FIRST_LOOKBACK_MS);
+      const { gbHours, start, peak } = heldGbHours(entry.list, since, now);
+      if (!start || gbHours <= 0) continue;
+      records.push({
+        id: newId('use'),
+        accountId: workload.ownerAccountId,
+        userId: ownerOf.get(entry.clusterId) ?? null,
+        resourceType: 'snapshot',
+        resourceId: imageId,
+        kind: 'storage',
+        quantity: gbHours,
+        unit: 'GB-hours',
+        cost: gbHours * this.#o.pricePerGbHour,
+        startedAt: start,
+        endedAt: now,
+        metadata: { source: 'snapshot', clusterId: workload.id, hostId: entry.hostId, peakBytes: peak },
+      });
+    }
+    return records;
+  }
+}
+
+interface Held {
+  at: Date;
+  used: number;
+}
+
+/**
+ * Each sample's bytes held until the next sample, at most SAMPLE_VALID_MS (a host that stops reporting
+ * stops being billed), counted from `since` (the resource's last record) to `now`.
+ */
+function heldGbHours(list: Held[], since: Date, now: Date) {
+  let gbHours = 0;
+  let start: Date | null = null;
+  let peak = 0;
+  for (const [i, sample] of list.entries()) {
+    const next = list[i + 1]?.at.getTime() ?? now.getTime();
+    const held = Math.min(next, sample.at.getTime() + SAMPLE_VALID_MS, now.getTime());
+    const begin = Math.max(sample.at.getTime(), since.getTime());
+    if (held <= begin) continue;
+    gbHours += (sample.used / 1e9) * ((held - begin) / HOUR_MS);
+    peak = Math.max(peak, sample.used);
+    if (!start || begin < start.getTime()) start = new Date(begin);
+  }
+  return { gbHours, start, peak };
+}
+
+/** `anvil-snapshots/<account>/<cluster>` → its account and cluster (lower case, as the repository has them). */
+function repositoryOwner(repository: unknown): { accountId: string; clusterId: string } | null {
+  if (typeof repository !== 'string') return null;
+  const match = /^anvil-snapshots\/([^/]+)\/([^/:]+)$/.exec(repository.toLowerCase());
+  return match ? { accountId: match[1] as string, clusterId: match[2] as string } : null;
 }

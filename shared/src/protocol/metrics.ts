@@ -75,10 +75,30 @@ export const ContainerMetrics = Type.Object({
 });
 export type ContainerMetrics = Static<typeof ContainerMetrics>;
 
+/**
+ * A snapshot image (`docker commit` of a cluster, tagged under `anvil-snapshots/<account>/<cluster>`) as
+ * the engine lists it. `ownBytes` is what the snapshot adds to the image it was committed from (its size
+ * less its parent's), the bytes the snapshot alone keeps on the host; null when the parent is unknown.
+ */
+export const SnapshotImageUsage = Type.Object({
+  imageId: Type.String({ minLength: 1, maxLength: 200 }),
+  repository: Type.String({ minLength: 1, maxLength: 300 }),
+  /** The image's `anvil.workload` label: the cluster it was committed from. */
+  workloadId: Nullable(Type.String({ maxLength: 200 })),
+  sizeBytes: Nullable(Type.Integer({ minimum: 0 })),
+  ownBytes: Nullable(Type.Integer({ minimum: 0 })),
+});
+export type SnapshotImageUsage = Static<typeof SnapshotImageUsage>;
+
 export const MetricSample = Type.Object({
   at: EpochMs,
   host: Nullable(HostMetrics),
   gpus: Type.Array(GpuMetrics),
   containers: Type.Array(ContainerMetrics),
+  /**
+   * Every snapshot image on the host, in the samples where the agent listed them (about once a minute);
+   * absent from the others and from agents older than snapshot metering.
+   */
+  snapshots: Type.Optional(Type.Array(SnapshotImageUsage, { maxItems: 10_000 })),
 });
 export type MetricSample = Static<typeof MetricSample>;
