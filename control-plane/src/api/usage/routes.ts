@@ -54,7 +54,7 @@ export const usageRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = a
         description:
           `${PERIODS} Default month. totalComputeHours and breakdown.compute.hours: cluster running hours ` +
           '(GPU hours are in /usage/gpu); breakdown.storage.gb: GB-hours stored ÷ hours in the window ' +
-            '(datasets, workloads’ measured disks and cluster snapshots kept on hosts, each by its own bytes) ' +
+          '(datasets, workloads’ measured disks and cluster snapshots kept on hosts, each by its own bytes) ' +
           '(average GB held); other: endpoint executions and any other kind. averageDailyCost = totalCost ÷ ' +
           'max(1, days in the window); costTrend = % change against the previous equal window (previous ' +
           'calendar unit for day/week/month), null when that was 0. topResources: the 10 costliest. ' +
