@@ -42,9 +42,14 @@ import { watchDocker } from './reconcile/watch.ts';
 import { TunnelManager } from './tunnels/manager.ts';
 import { AGENT_VERSION } from './version.ts';
 
+/** How old an inventory a reconnect's hello may reuse (a fresh one follows the welcome). */
+const INVENTORY_REUSE_MS = 10 * 60_000;
+
 /** Everything the agent touches, injected (Coder's agent style): tests swap any part. */
 export interface AgentOptions {
   controlPlaneUrl: string;
+  /** Plain ws:// off loopback allowed (--allow-insecure-control-plane): for tunnels' dial addresses too. */
+  allowInsecureControlPlane?: boolean;
   joinToken: string | null;
   stateDir: string;
   /** Per-workload volume directories live under this root. */
@@ -127,6 +132,7 @@ export function createAgent(options: AgentOptions): Agent {
   const tunnels = new TunnelManager({
     docker: options.docker ?? null,
     controlPlaneUrl: options.controlPlaneUrl,
+    allowInsecure: options.allowInsecureControlPlane ?? false,
     logger: options.logger.child({ component: 'tunnels' }),
   });
 
@@ -151,6 +157,35 @@ export function createAgent(options: AgentOptions): Agent {
       ? await firewall.probe()
       : { enforced: false, reason: 'the agent has no Docker client to make account networks with' };
     return { host, gpus, docker, isolation: { network, diskQuota: storageQuota } };
+  }
+
+  /** The inventory the last hello carried, and when it was gathered. */
+  let lastInventory: { value: Inventory; at: number } | null = null;
+  let refreshInventory = false;
+
+  /**
+   * For the hello: a fresh inventory on the first connection, the last one on a reconnect within
+   * INVENTORY_REUSE_MS (gathering it spawns tools that take tens of seconds on a loaded host, and a
+   * control-plane failover should not wait for that); the session then gathers a fresh one and sends it
+   * (`inventory`) if anything changed.
+   */
+  async function helloInventory(): Promise<Inventory> {
+    const cached = lastInventory;
+    if (cached && clock.now() - cached.at < INVENTORY_REUSE_MS) {
+      refreshInventory = true;
+      return cached.value;
+    }
+    const value = await inventory();
+    lastInventory = { value, at: clock.now() };
+    return value;
+  }
+
+  async function sendInventoryIfChanged(): Promise<void> {
+    const sent = lastInventory;
+    const value = await inventory();
+    lastInventory = { value, at: clock.now() };
+    if (JSON.stringify(value) !== JSON.stringify(sent?.value))
+      send(createMessage('inventory', { inventory: value }));
   }
 
   function sendActualState(): void {
@@ -411,6 +446,12 @@ export function createAgent(options: AgentOptions): Agent {
       }
     });
     channel = ch;
+    if (refreshInventory) {
+      refreshInventory = false;
+      void sendInventoryIfChanged().catch((err: unknown) =>
+        logger.warn({ err: errorMessage(err) }, 'inventory refresh after reconnect failed'),
+      );
+    }
     // Alongside the session, never ending it: a failed renewal is retried on the next connection.
     void runCredentialRenewal(
       ch,
@@ -485,7 +526,7 @@ export function createAgent(options: AgentOptions): Agent {
             joinToken: options.joinToken,
             hostname: options.hostname ?? osHostname(),
             agentVersion,
-            inventory,
+            inventory: helloInventory,
             timeoutMs: options.handshakeTimeoutMs ?? 15_000,
             ...(options.random ? { random: options.random } : {}),
           },

@@ -60,6 +60,7 @@ async function main(): Promise<number> {
   });
   const agent = createAgent({
     controlPlaneUrl: config.controlPlane,
+    allowInsecureControlPlane: config.allowInsecureControlPlane,
     joinToken: config.joinToken,
     stateDir: config.stateDir,
     volumeRoot: config.volumeRoot,

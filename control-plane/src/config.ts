@@ -44,6 +44,12 @@ export interface Config {
   hostCredentialGraceSeconds: number;
   /** Bearer token of the Prometheus endpoint /metrics; null: /metrics does not exist (404). */
   metricsToken: string | null;
+  /**
+   * This process's own address as agents reach it directly (ANVIL_REPLICA_URL), sent with every tunnel it
+   * asks for: behind a load balancer a tunnel must land on the replica holding its ticket. Null: agents
+   * dial their control-plane URL (one replica, or a balancer that is not between agents and replicas).
+   */
+  replicaUrl: string | null;
   /** `npm start` also runs an agent for this machine (ANVIL_LOCAL_AGENT=0 turns it off). */
   localAgent: boolean;
   /** JSON file of USD per GPU-hour by type ({"H100": 2.49}), applied to the price table at start; null: none. */
@@ -163,6 +169,17 @@ export function loadConfig(env: Env = process.env): Config {
     throw new ConfigError('ANVIL_PUBLIC_URL', `must be an http(s) URL, got "${publicUrl}"`);
   }
 
+  const replicaUrl = (env['ANVIL_REPLICA_URL'] || '').replace(/\/+$/, '') || null;
+  if (replicaUrl !== null) {
+    let protocol = '';
+    try {
+      protocol = new URL(replicaUrl).protocol;
+    } catch {}
+    if (!['http:', 'https:', 'ws:', 'wss:'].includes(protocol)) {
+      throw new ConfigError('ANVIL_REPLICA_URL', `must be an http(s) or ws(s) URL, got "${replicaUrl}"`);
+    }
+  }
+
   const secretKeyText = env['ANVIL_SECRET_KEY'] || null;
   const secretKey = secretKeyText === null ? null : parseSecretKey(secretKeyText);
   if (secretKeyText !== null && secretKey === null) {
@@ -271,6 +288,7 @@ export function loadConfig(env: Env = process.env): Config {
     bodyLimitBytes: integer(env, 'ANVIL_BODY_LIMIT_BYTES', 1_048_576, 1024, 1_073_741_824),
     shutdownTimeoutMs: integer(env, 'ANVIL_SHUTDOWN_TIMEOUT_MS', 10_000, 0, 600_000),
     publicUrl,
+    replicaUrl,
     secretKey,
     previousSecretKeys,
     smtpUrl,

@@ -51,7 +51,8 @@ export async function startServer(
   // The SSH relay (ANVIL_SSH_PORT) likewise.
   await context.ssh.listen(config.sshPort, config.host);
   // Said once everything listens (API, proxy, SSH relay): supervisors and tests take it as "ready".
-  logger.info({ url }, 'control plane listening');
+  // The replica id is what hosts' connected_replica_id names: it tells operators which process holds an agent.
+  logger.info({ url, replica: context.fleet.agents.replicaId }, 'control plane listening');
   const localAgent: LocalAgent | null = config.localAgent
     ? await startLocalAgent({
         dataDir: config.dataDir,

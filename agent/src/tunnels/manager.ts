@@ -4,6 +4,7 @@ import type Dockerode from 'dockerode';
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
 import type { HostCredential } from '../connection/credential-store.ts';
+import { insecureControlPlaneRefusal } from '../connection/url.ts';
 import { errorMessage } from '../errors.ts';
 import { createExec, joinExec, startExec } from './exec.ts';
 import { pipeSockets, reset } from './pipe.ts';
@@ -19,6 +20,8 @@ export interface TunnelManagerOptions {
   /** The engine the containers run on; without one, tunnels are refused. */
   docker: Dockerode | null;
   controlPlaneUrl: string;
+  /** Whether plain ws:// off loopback is allowed (--allow-insecure-control-plane), for a command's dialUrl too. */
+  allowInsecure?: boolean;
   logger: Logger;
   /** Connecting the container's port and dialling the tunnel socket, each. */
   connectTimeoutMs?: number;
@@ -48,9 +51,15 @@ export class TunnelManager {
     if (!docker) throw new Error('this agent has no Docker client for tunnels');
     const timeoutMs = this.o.connectTimeoutMs ?? 10_000;
     const logger = this.o.logger.child({ tunnelId: command.tunnelId, workloadId: command.workloadId });
+    const base = command.dialUrl ?? this.o.controlPlaneUrl;
+    if (command.dialUrl) {
+      // The host credential travels with the tunnel: the same rule as for the control plane's own URL.
+      const refusal = insecureControlPlaneRefusal(command.dialUrl, this.o.allowInsecure ?? false);
+      if (refusal) throw new Error(`tunnel dial address refused: ${refusal}`);
+    }
     const container = await findTunnelContainer(docker, credential.hostId, command.workloadId);
     const tunnelDial = {
-      url: tunnelUrl(this.o.controlPlaneUrl),
+      url: tunnelUrl(base),
       hostId: credential.hostId,
       credential: credential.credential,
       tunnelId: command.tunnelId,

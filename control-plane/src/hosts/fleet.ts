@@ -51,6 +51,7 @@ export function createFleet(
     | 'agentPreAuthLimit'
     | 'hostCredentialRenewSeconds'
     | 'hostCredentialGraceSeconds'
+    | 'replicaUrl'
   >,
   db: Database,
   clock: Clock,
@@ -76,6 +77,7 @@ export function createFleet(
     agents,
     workloads,
     hosts,
+    dialUrl: config.replicaUrl,
     ...(options.tunnelMeter ? { meter: options.tunnelMeter } : {}),
   });
   agents.useTunnelEndpoint(tunnels);

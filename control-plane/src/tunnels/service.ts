@@ -37,6 +37,8 @@ export interface TunnelServiceOptions {
   hosts: Pick<HostService, 'authenticate'>;
   /** How long the agent has to connect the target and open the tunnel socket. */
   openTimeoutMs?: number;
+  /** This replica's own address for agents (ANVIL_REPLICA_URL), sent in open_tunnel; null: none. */
+  dialUrl?: string | null;
 }
 
 const silent: GatewayLogger = { debug() {}, info() {}, warn() {}, error() {} };
@@ -69,7 +71,9 @@ function checkTarget(target: TunnelTarget): void {
  * that predates the upgrade dials a WebSocket instead, still accepted (framed, as exec tunnels are).
  *
  * Several replicas: the command reaches the agent wherever it is connected, but the tunnel socket must
- * land on the replica that asked (the one holding the ticket); elsewhere it is refused with 401.
+ * land on the replica that asked (the one holding the ticket); elsewhere it is refused with 401. So the
+ * command names this replica's own address (`dialUrl`, ANVIL_REPLICA_URL) and the agent dials it rather
+ * than the balancer in front of all of them.
  */
 export class TunnelService implements TunnelOpener {
   readonly #o: TunnelServiceOptions;
@@ -165,7 +169,14 @@ export class TunnelService implements TunnelOpener {
       await Promise.race([
         this.#o.agents.sendCommand(
           hostId,
-          { name: 'open_tunnel', tunnelId: ticket.tunnelId, token: ticket.token, workloadId, target },
+          {
+            name: 'open_tunnel',
+            tunnelId: ticket.tunnelId,
+            token: ticket.token,
+            workloadId,
+            target,
+            ...(this.#o.dialUrl ? { dialUrl: this.#o.dialUrl } : {}),
+          },
           timeoutMs,
         ),
         aborted,

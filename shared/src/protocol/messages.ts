@@ -198,6 +198,12 @@ export const CommandBody = Type.Union([
     token: TunnelToken,
     workloadId: WorkloadId,
     target: TunnelTarget,
+    /**
+     * The asking control-plane process's own address (its ANVIL_REPLICA_URL), where the tunnel must land:
+     * behind a load balancer the agent's control-plane URL reaches any replica, and only the one that asked
+     * holds the ticket. Absent: the agent's control-plane URL. The same plain-text rule applies as to it.
+     */
+    dialUrl: Type.Optional(Type.String({ minLength: 1, maxLength: 2000 })),
   }),
   /**
    * Sends a signal to the workload's container (the cluster stop's notifying_processes phase). Answers
