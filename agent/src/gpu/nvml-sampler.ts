@@ -22,8 +22,13 @@ import type { ChildMessage, ChildRequest, InventoryItem, SampleItem } from './nv
 export interface NvmlSamplerOptions {
   libraryPath: string;
   logger: Logger;
-  /** How long one GPU's calls (or the start of the process) may take before they count as hung. */
+  /** How long one GPU's calls may take before they count as hung. */
   timeoutMs?: number;
+  /**
+   * How long the start of the sampler process (Node, koffi, dlopen, nvmlInit_v2) may take: longer than
+   * one GPU's calls, since a loaded host is slow to start a process.
+   */
+  startTimeoutMs?: number;
   quarantineMs?: number;
   retryInitialMs?: number;
   retryMaxMs?: number;
@@ -158,6 +163,7 @@ export class NvmlSampler {
   constructor(options: NvmlSamplerOptions) {
     this.#o = {
       timeoutMs: 5000,
+      startTimeoutMs: 60_000,
       quarantineMs: 60_000,
       retryInitialMs: 1000,
       retryMaxMs: 60_000,
@@ -197,8 +203,7 @@ export class NvmlSampler {
     const { now, logger } = this.#o;
     if (now() < this.#nextStartAt) return this.#lastError ?? 'NVML is being re-initialised';
     const started = new SamplerProcess(this.#entry, this.#o.libraryPath);
-    // The process's own start (Node, koffi, dlopen) comes on top of NVML's: allow it more time.
-    const error = await started.ready(Math.max(this.#o.timeoutMs, 15_000));
+    const error = await started.ready(this.#o.startTimeoutMs);
     if (error) {
       started.kill();
       this.#startFailures++;

@@ -241,7 +241,7 @@ describe('NVML through koffi, against the fake library', () => {
   });
 
   it('a hung NVML call never blocks the event loop: that GPU reports nvml_timeout, the others their figures', async () => {
-    const provider = await nvmlProvider(fake, { timeoutMs: 1500 });
+    const provider = await nvmlProvider(fake, { timeoutMs: 3000 });
     await provider.inventory();
     await fake.configure({
       ...BASE,
