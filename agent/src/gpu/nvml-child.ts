@@ -13,9 +13,12 @@
  *            { type: 'count', count }  then per GPU not skipped, in index order,
  *            { type: 'item', index, item }  and { type: 'done' }
  *            or { type: 'fatal', error } when NVML itself is gone (the process then exits)
+ * XID events queue in each GPU's event set (registered at the GPU's first sample) and are drained, without
+ * waiting, at every sample: an XID's time is when the agent saw it, at most one sample interval late.
+ * Events while no sampler process runs (between a kill and the next start) are not seen.
  */
 import type { GpuDevice } from '@anvil/shared/protocol';
-import type { GpuEvidence, NvmlCallError } from './health.ts';
+import { type GpuEvidence, type NvmlCallError, unknownEvidence } from './health.ts';
 import {
   loadNvml,
   NVML_ERROR_GPU_IS_LOST,
@@ -265,29 +268,14 @@ function emptyMetrics(): SampleItem['metrics'] {
   };
 }
 
+/** Evidence for a GPU whose handle NVML would not give: lost, or another error. */
 function lostEvidence(lost: boolean, err: unknown): GpuEvidence {
   const fn = 'nvmlDeviceGetHandleByIndex_v2';
-  return {
-    ecc: null,
-    retiredPages: null,
-    rowRemap: null,
-    clockEvents: null,
-    slowdownTemperatureC: null,
-    temperatureC: null,
-    utilizationPercent: null,
-    pcie: null,
-    xids: [],
-    lostAt: lost ? fn : null,
-    errors: lost
-      ? []
-      : [
-          {
-            fn,
-            code: err instanceof NvmlError ? err.code : -1,
-            message: err instanceof Error ? err.message : String(err),
-          },
-        ],
-  };
+  if (lost) return unknownEvidence({ lostAt: fn });
+  const code = err instanceof NvmlError ? err.code : -1;
+  return unknownEvidence({
+    errors: [{ fn, code, message: err instanceof Error ? err.message : String(err) }],
+  });
 }
 
 main();
