@@ -159,8 +159,8 @@ export class NvmlSampler {
   #startFailures = 0;
   #nextStartAt = 0;
   #lastError: string | null = null;
-  /** GPU index -> until when it is skipped, and the hang's length of the next quarantine. */
-  readonly #quarantine = new Map<number, { until: number; nextMs: number; since: number }>();
+  /** GPU index -> until when it is skipped, and how long the next skip lasts should it hang again. */
+  readonly #quarantine = new Map<number, { until: number; nextMs: number }>();
   /** The last inventory read, so lost or hung GPUs keep their UUIDs in samples. */
   #devices = new Map<number, GpuDevice>();
   #system: SystemInfo = { driverVersion: null, cudaVersion: null };
@@ -226,6 +226,12 @@ export class NvmlSampler {
     return null;
   }
 
+  #backOff(error: string): void {
+    this.#lastError = error;
+    this.#startFailures = Math.max(this.#startFailures, 1);
+    this.#nextStartAt = this.#o.now() + this.#o.retryInitialMs;
+  }
+
   #quarantined(): number[] {
     const now = this.#o.now();
     return [...this.#quarantine].filter(([, q]) => q.until > now).map(([index]) => index);
@@ -240,29 +246,31 @@ export class NvmlSampler {
     items: Map<number, T>;
     system: SystemInfo | null;
     error: string | null;
+    /** GPUs whose calls hung during this request. */
+    hung: Set<number>;
+    hungOutside?: boolean;
   }> {
     const items = new Map<number, T>();
+    const hungNow = new Set<number>();
     let count: number | null = null;
     let system: SystemInfo | null = null;
     for (let attempt = 0; attempt <= (count ?? this.#devices.size) + 1; attempt++) {
       const error = await this.#ensureProcess();
-      if (error || !this.#process) return { count, items, system, error };
-      const skip = [...new Set([...this.#quarantined(), ...items.keys()])];
+      if (error || !this.#process) return { count, items, system, error, hung: hungNow };
+      const skip = [...new Set([...this.#quarantined(), ...hungNow, ...items.keys()])];
       const outcome = await this.#process.request<T>({ type, skip }, this.#o.timeoutMs);
       if (outcome.kind === 'gone') {
         this.#process = null;
-        this.#lastError = outcome.error;
         // The next start waits a little: a driver being reloaded is not back at once.
-        this.#startFailures = Math.max(this.#startFailures, 1);
-        this.#nextStartAt = this.#o.now() + this.#o.retryInitialMs;
+        this.#backOff(outcome.error);
         this.#o.logger.warn({ error: outcome.error }, 'NVML went away; it will be initialised again');
-        return { count, items, system, error: outcome.error };
+        return { count, items, system, error: outcome.error, hung: hungNow };
       }
       count = outcome.count ?? count;
       system = outcome.system ?? system;
       for (const [index, item] of outcome.items) items.set(index, item);
       for (const index of items.keys()) this.#quarantine.delete(index);
-      if (outcome.kind === 'done') return { count, items, system, error: null };
+      if (outcome.kind === 'done') return { count, items, system, error: null, hung: hungNow };
 
       // A hang: the GPU being read is the first one, in index order, that neither answered nor was skipped.
       this.#process.kill();
@@ -272,24 +280,23 @@ export class NvmlSampler {
           ? undefined
           : Array.from({ length: count }, (_, i) => i).find((i) => !skip.includes(i) && !items.has(i));
       if (hung === undefined) {
+        // A system-wide call hung (the device count): every GPU is unknown; the next start waits a little.
         const error = `NVML did not answer within ${this.#o.timeoutMs} ms`;
+        this.#backOff(error);
         this.#o.logger.warn({ error }, 'NVML hung outside a GPU; the sampler process was replaced');
-        return { count, items, system, error };
+        return { count, items, system, error, hung: hungNow, hungOutside: true };
       }
       const previous = this.#quarantine.get(hung);
       const ms = previous?.nextMs ?? this.#o.quarantineMs;
       const now = this.#o.now();
-      this.#quarantine.set(hung, {
-        until: now + ms,
-        nextMs: Math.min(HOUR, ms * 2),
-        since: previous?.since ?? now,
-      });
+      this.#quarantine.set(hung, { until: now + ms, nextMs: Math.min(HOUR, ms * 2) });
+      hungNow.add(hung);
       this.#o.logger.warn(
         { gpu: hung, timeoutMs: this.#o.timeoutMs, skippedForMs: ms },
         'an NVML call on this GPU hung; the sampler process was replaced and the GPU is skipped for a while',
       );
     }
-    return { count, items, system, error: null };
+    return { count, items, system, error: null, hung: hungNow };
   }
 
   async #inventory(): Promise<GpuInventory> {
@@ -315,7 +322,7 @@ export class NvmlSampler {
   }
 
   async #sample(): Promise<GpuMetrics[]> {
-    const { count, items, error } = await this.#collect<SampleItem>('sample');
+    const { count, items, error, hung: hungNow, hungOutside } = await this.#collect<SampleItem>('sample');
     const now = this.#o.now();
     const indices = new Set([...Array.from({ length: count ?? 0 }, (_, i) => i), ...this.#devices.keys()]);
     const out: GpuMetrics[] = [];
@@ -329,7 +336,7 @@ export class NvmlSampler {
       }
       const hung = this.#quarantine.get(index);
       const evidence =
-        hung && hung.until > now
+        hungOutside || hungNow.has(index) || (hung && hung.until > now)
           ? unknownEvidence({ timedOut: { fn: null, ms: this.#o.timeoutMs } })
           : unknownEvidence({
               errors: [{ fn: sourceOf(error), code: -1, message: error ?? 'no answer from NVML' }],

@@ -45,7 +45,7 @@ const A10: FakeGpu = { name: 'NVIDIA A10', uuid: 'GPU-aaaaaaaa-bbbb-cccc-dddd-ee
 const BASE: FakeNvmlConfig = { driverVersion: '550.54.15', cudaVersion: 12040, gpus: [H100, A10] };
 
 const providers: GpuProvider[] = [];
-async function nvmlProvider(fake: FakeNvml, timings: { timeoutMs?: number } = {}) {
+async function nvmlProvider(fake: FakeNvml, timings: { timeoutMs?: number; quarantineMs?: number } = {}) {
   const provider = await createGpuProvider({
     simulate: null,
     simulateSeed: 'x',
@@ -241,7 +241,7 @@ describe('NVML through koffi, against the fake library', () => {
   });
 
   it('a hung NVML call never blocks the event loop: that GPU reports nvml_timeout, the others their figures', async () => {
-    const provider = await nvmlProvider(fake, { timeoutMs: 3000 });
+    const provider = await nvmlProvider(fake, { timeoutMs: 3000, quarantineMs: 300 });
     await provider.inventory();
     await fake.configure({
       ...BASE,
@@ -263,6 +263,32 @@ describe('NVML through koffi, against the fake library', () => {
     const [still, other] = await provider.sample();
     expect(still?.health?.reasons).toMatchObject([{ code: 'nvml_timeout', since }]);
     expect(other?.temperatureC).toBe(55);
+    // Once its time aside is over, the GPU is read again; it answers now.
+    await fake.configure(BASE);
+    let back = await provider.sample();
+    for (let i = 0; i < 200 && back[0]?.powerWatts !== 612.48; i++) {
+      await delay(20);
+      back = await provider.sample();
+    }
+    expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } });
+  });
+
+  it('a hung device count leaves every GPU unknown (nvml_timeout), and the next process reads them again', async () => {
+    const provider = await nvmlProvider(fake, { timeoutMs: 3000 });
+    await provider.inventory();
+    await fake.configure({ ...BASE, hang: 'nvmlDeviceGetCount_v2' });
+    const hung = await provider.sample();
+    expect(hung.map((g) => [g.uuid, g.powerWatts, reasonsOf(g)])).toEqual([
+      [H100.uuid, null, ['degraded:nvml_timeout:nvml']],
+      [A10.uuid, null, ['degraded:nvml_timeout:nvml']],
+    ]);
+    await fake.configure(BASE);
+    let back = await provider.sample();
+    for (let i = 0; i < 200 && back[0]?.powerWatts !== 612.48; i++) {
+      await delay(20);
+      back = await provider.sample();
+    }
+    expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } });
   });
 
   it('re-initialises NVML after the driver goes away and comes back', async () => {
