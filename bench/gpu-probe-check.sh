@@ -101,8 +101,10 @@ import json, pynvml as n
 n.nvmlInit()
 def s(v): return v.decode() if isinstance(v, bytes) else v
 def tryf(f, *a):
+    # NOT_SUPPORTED and friends, or a function this pynvml lacks: unknown, not a failure of the check.
     try: return f(*a)
-    except n.NVMLError as e: return None
+    except Exception: return None
+clocks = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(n, "nvmlDeviceGetCurrentClocksThrottleReasons")
 out = {"driverVersion": s(n.nvmlSystemGetDriverVersion()), "cudaDriverVersion": tryf(n.nvmlSystemGetCudaDriverVersion), "gpus": []}
 for i in range(n.nvmlDeviceGetCount()):
     h = n.nvmlDeviceGetHandleByIndex(i)
@@ -117,7 +119,7 @@ for i in range(n.nvmlDeviceGetCount()):
         "temperatureC": tryf(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU),
         "slowdownTemperatureC": tryf(n.nvmlDeviceGetTemperatureThreshold, h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
         "eccVolatileUncorrected": tryf(n.nvmlDeviceGetTotalEccErrors, h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC),
-        "clocksEventReasons": tryf(n.nvmlDeviceGetCurrentClocksThrottleReasons, h),
+        "clocksEventReasons": tryf(clocks, h),
         "pcie": [tryf(f, h) for f in (n.nvmlDeviceGetCurrPcieLinkGeneration, n.nvmlDeviceGetMaxPcieLinkGeneration,
                                       n.nvmlDeviceGetCurrPcieLinkWidth, n.nvmlDeviceGetMaxPcieLinkWidth)],
         "migEnabled": (mig[0] == 1) if mig else None,
