@@ -13,6 +13,8 @@ import { loadNvml, NvmlError } from './nvml.ts';
 import { createGpuProvider, type GpuProvider } from './provider.ts';
 
 const GIB = 1024 ** 3;
+/** Each test starts processes (the sampler, through tsx from the sources): room for a loaded machine. */
+const SLOW = 180_000;
 const silent = pino({ level: 'silent' });
 
 const H100: FakeGpu = {
@@ -78,7 +80,7 @@ describe('NVML through koffi, against the fake library', () => {
     for (const p of providers) p.close?.();
   });
 
-  it('reads the exact inventory values, MIG mode included', async () => {
+  it('reads the exact inventory values, MIG mode included', { timeout: SLOW }, async () => {
     await fake.configure({ ...BASE, gpus: [{ ...H100, mig: true }, A10] });
     const provider = await nvmlProvider(fake);
     expect(await provider.inventory()).toEqual({
@@ -109,7 +111,9 @@ describe('NVML through koffi, against the fake library', () => {
     });
   });
 
-  it('reads the exact metric and health values, null where the board does not support a reading', async () => {
+  it('reads the exact metric and health values, null where the board does not support a reading', {
+    timeout: SLOW,
+  }, async () => {
     const provider = await nvmlProvider(fake);
     await provider.inventory();
     const [h100, a10] = await provider.sample();
@@ -172,7 +176,9 @@ describe('NVML through koffi, against the fake library', () => {
     expect(Value.Check(GpuMetrics, h100)).toBe(true);
   });
 
-  it('judges XID events, ECC, row remapping, retired pages, throttling, temperature and PCIe from NVML', async () => {
+  it('judges XID events, ECC, row remapping, retired pages, throttling, temperature and PCIe from NVML', {
+    timeout: SLOW,
+  }, async () => {
     const provider = await nvmlProvider(fake);
     await provider.inventory();
     expect((await provider.sample())[0]?.health?.state).toBe('healthy');
@@ -222,7 +228,7 @@ describe('NVML through koffi, against the fake library', () => {
     expect(later?.health?.xids.map((x) => x.xid)).toEqual([13, 79]);
   });
 
-  it('a lost GPU fails alone; the others keep their figures', async () => {
+  it('a lost GPU fails alone; the others keep their figures', { timeout: SLOW }, async () => {
     const provider = await nvmlProvider(fake);
     await provider.inventory();
     await fake.configure({ ...BASE, gpus: [{ ...H100, lost: true }, A10] });
@@ -240,7 +246,9 @@ describe('NVML through koffi, against the fake library', () => {
     expect((await provider.inventory()).devices.map((d) => d.uuid)).toEqual([H100.uuid, A10.uuid]);
   });
 
-  it('a hung NVML call never blocks the event loop: that GPU reports nvml_timeout, the others their figures', async () => {
+  it('a hung NVML call never blocks the event loop: that GPU reports nvml_timeout, the others their figures', {
+    timeout: SLOW,
+  }, async () => {
     const provider = await nvmlProvider(fake, { timeoutMs: 3000, quarantineMs: 300 });
     await provider.inventory();
     await fake.configure({
@@ -273,7 +281,9 @@ describe('NVML through koffi, against the fake library', () => {
     expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } });
   });
 
-  it('a hung device count leaves every GPU unknown (nvml_timeout), and the next process reads them again', async () => {
+  it('a hung device count leaves every GPU unknown (nvml_timeout), and the next process reads them again', {
+    timeout: SLOW,
+  }, async () => {
     const provider = await nvmlProvider(fake, { timeoutMs: 3000 });
     await provider.inventory();
     await fake.configure({ ...BASE, hang: 'nvmlDeviceGetCount_v2' });
@@ -291,7 +301,7 @@ describe('NVML through koffi, against the fake library', () => {
     expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } });
   });
 
-  it('re-initialises NVML after the driver goes away and comes back', async () => {
+  it('re-initialises NVML after the driver goes away and comes back', { timeout: SLOW }, async () => {
     const provider = await nvmlProvider(fake);
     await provider.inventory();
     await fake.configure({ ...BASE, initError: 9 });
@@ -326,7 +336,7 @@ describe('NVML through koffi, against the fake library', () => {
     expect(() => nvml.deviceByIndex(7)).toThrow(/nvmlDeviceGetHandleByIndex_v2: Invalid Argument \(nvml 2\)/);
   });
 
-  it('falls back when nvmlInit fails (driver not loaded)', async () => {
+  it('falls back when nvmlInit fails (driver not loaded)', { timeout: SLOW }, async () => {
     const broken = await createFakeNvml({ initError: 9, gpus: [] });
     const saved = process.env['FAKE_NVML_CONFIG'];
     process.env['FAKE_NVML_CONFIG'] = broken.env['FAKE_NVML_CONFIG'];

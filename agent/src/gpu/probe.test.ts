@@ -11,6 +11,8 @@ import type { ProbeReport } from './probe.ts';
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const GIB = 1024 ** 3;
+/** Each test starts processes (the sampler, through tsx from the sources): room for a loaded machine. */
+const SLOW = 180_000;
 
 // `--probe` as an operator runs it: a separate process, from the sources (tsx) and from the bundle, against
 // the FAKE libnvidia-ml.so.1 (test/fixtures/nvml/fake_nvml.c), with no control plane anywhere.
@@ -104,11 +106,13 @@ describe('agent --probe', () => {
     ]);
   }
 
-  it('prints the inventory and one health sample from the sources', async () => {
+  it('prints the inventory and one health sample from the sources', { timeout: SLOW }, async () => {
     expectReport(await probe(['--import', 'tsx', 'agent/src/main.ts']));
   });
 
-  it('prints the same from the bundle, whose NVML sampler process is bundled beside it', async () => {
+  it('prints the same from the bundle, whose NVML sampler process is bundled beside it', {
+    timeout: SLOW,
+  }, async () => {
     const main = await buildAgent(join(bundleDir, 'main.js'));
     expectReport(await probe([main]));
   });
