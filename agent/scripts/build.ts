@@ -25,9 +25,19 @@ const dependenciesStayExternal: Plugin = {
   },
 };
 
+/**
+ * Two files: main.js, and nvml-child.js beside it, the NVML sampler process the agent forks
+ * (agent/src/gpu/nvml-sampler.ts looks for it next to the bundle).
+ */
 export async function buildAgent(outfile = AGENT_BUNDLE): Promise<string> {
+  await bundle(join(AGENT, 'src', 'main.ts'), outfile);
+  await bundle(join(AGENT, 'src', 'gpu', 'nvml-child.ts'), join(dirname(outfile), 'nvml-child.js'));
+  return outfile;
+}
+
+async function bundle(entry: string, outfile: string): Promise<void> {
   await build({
-    entryPoints: [join(AGENT, 'src', 'main.ts')],
+    entryPoints: [entry],
     outfile,
     bundle: true,
     platform: 'node',
@@ -39,7 +49,6 @@ export async function buildAgent(outfile = AGENT_BUNDLE): Promise<string> {
     },
     logLevel: 'warning',
   });
-  return outfile;
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -15,7 +15,7 @@ async function config(
   fileContent: Record<string, string> = {},
 ) {
   const loaded = await loadConfig({ argv, env, readTextFile: files(fileContent) });
-  if (loaded.help) throw new Error('unexpected help');
+  if (!('config' in loaded)) throw new Error('unexpected help or probe');
   return loaded.config;
 }
 
@@ -144,6 +144,21 @@ describe('agent configuration', () => {
 
   it('answers --help', async () => {
     expect(await loadConfig({ argv: ['--help'], env: {} })).toEqual({ help: true });
+  });
+
+  it('--probe needs no control plane and takes the GPU settings', async () => {
+    expect(
+      await loadConfig({
+        argv: ['--probe', '--nvml-library', '/x/libnvidia-ml.so.1'],
+        env: { ANVIL_STATE_DIR: '/s' },
+      }),
+    ).toEqual({
+      help: false,
+      probe: { simulateGpus: null, nvmlLibrary: '/x/libnvidia-ml.so.1', stateDir: '/s', logLevel: 'warn' },
+    });
+    await expect(loadConfig({ argv: ['--probe', '--simulate-gpus', 'lots'], env: {} })).rejects.toThrow(
+      ConfigError,
+    );
   });
 
   it('reports the version in package.json', () => {

@@ -122,6 +122,8 @@ export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-toke
                        [--allow-insecure-control-plane true]   (needed for ws:// or http:// off loopback)
                        [--direct-ports-address <ip>] [--direct-ports-range 30000-32767]
                        [--log-level info] [--host-images 'ref,prefix/*'] [--config <file.json>]
+       npm run agent -- --probe [--nvml-library <path>] [--simulate-gpus 2xH100]
+                       (print the GPU inventory and one metrics/health sample as JSON, then exit)
 Each flag also reads from an ANVIL_* environment variable or the JSON config file (see agent/README.md).`;
 
 export class ConfigError extends Error {
@@ -137,7 +139,21 @@ export interface ConfigSources {
   readTextFile?: (path: string) => Promise<string>;
 }
 
-export type LoadedConfig = { help: true } | { help: false; config: AgentConfig };
+/**
+ * `--probe`: print the GPU inventory and one metrics/health sample as JSON and exit; needs no control
+ * plane, so only the settings that choose the GPU source count.
+ */
+export interface ProbeConfig {
+  simulateGpus: string | null;
+  nvmlLibrary: string | null;
+  stateDir: string;
+  logLevel: string;
+}
+
+export type LoadedConfig =
+  | { help: true }
+  | { help: false; probe: ProbeConfig }
+  | { help: false; probe?: undefined; config: AgentConfig };
 
 function nonEmpty(value: string | undefined): string | undefined {
   return value === undefined || value.trim() === '' ? undefined : value;
@@ -171,7 +187,12 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
     );
     values = parseArgs({
       args: sources.argv,
-      options: { ...options, config: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      options: {
+        ...options,
+        config: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+        probe: { type: 'boolean' },
+      },
       strict: true,
       allowPositionals: false,
     }).values;
@@ -190,6 +211,33 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
     nonEmpty(values[FLAGS[key]] as string | undefined) ??
     nonEmpty(sources.env[ENV[key]]) ??
     nonEmpty(file[key]);
+
+  if (values['probe']) {
+    const simulateGpus = pick('simulateGpus') ?? null;
+    if (simulateGpus) {
+      try {
+        parseSimulateGpus(simulateGpus);
+      } catch (err) {
+        throw new ConfigError((err as Error).message);
+      }
+    }
+    // Logs go to stderr during a probe; warnings only unless asked, so stdout is the JSON alone.
+    const logLevel = pick('logLevel') ?? 'warn';
+    if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
+      throw new ConfigError(
+        `log level ${JSON.stringify(logLevel)}: expected one of ${LOG_LEVELS.join(', ')}`,
+      );
+    }
+    return {
+      help: false,
+      probe: {
+        simulateGpus,
+        nvmlLibrary: pick('nvmlLibrary') ?? null,
+        stateDir: pick('stateDir') ?? DEFAULT_STATE_DIR,
+        logLevel,
+      },
+    };
+  }
 
   const controlPlane = pick('controlPlane');
   if (!controlPlane) {

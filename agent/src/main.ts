@@ -5,10 +5,12 @@
  * revoked credential, incompatible protocol), 2 bad configuration.
  */
 import Dockerode from 'dockerode';
+import { pino } from 'pino';
 import { createAgent } from './agent.ts';
-import { ConfigError, directPortsOf, loadConfig, USAGE } from './config.ts';
+import { ConfigError, directPortsOf, loadConfig, type ProbeConfig, USAGE } from './config.ts';
 import { createContainerRuntime } from './docker/runtime.ts';
 import { errorMessage, FatalAgentError } from './errors.ts';
+import { probeGpus } from './gpu/probe.ts';
 import { createGpuProvider } from './gpu/provider.ts';
 import { systemHost } from './host/provider.ts';
 import { createLogger } from './logger.ts';
@@ -31,6 +33,7 @@ async function main(): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
+  if (loaded.probe) return probe(loaded.probe);
   const { config } = loaded;
   const logger = createLogger(config.logLevel);
   logger.info(
@@ -74,6 +77,7 @@ async function main(): Promise<number> {
   });
 
   const abort = new AbortController();
+  abort.signal.addEventListener('abort', () => gpu.close?.(), { once: true });
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       logger.info({ signal }, 'stopping; containers keep running');
@@ -94,6 +98,22 @@ async function main(): Promise<number> {
     fail(errorMessage(err));
     return 1;
   }
+}
+
+/** `--probe`: the GPU inventory and one sample as JSON on stdout (logs on stderr), then exit. */
+async function probe(options: ProbeConfig): Promise<number> {
+  const logger = createLogger(options.logLevel, pino.destination(2));
+  const report = await probeGpus({
+    createProvider: () =>
+      createGpuProvider({
+        simulate: options.simulateGpus,
+        simulateSeed: options.stateDir,
+        ...(options.nvmlLibrary ? { nvmlLibrary: options.nvmlLibrary } : {}),
+        logger,
+      }),
+  });
+  process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+  return 0;
 }
 
 main().then(

@@ -5,7 +5,14 @@ export const NVML_SUCCESS = 0;
 export const NVML_ERROR_NOT_SUPPORTED = 3;
 export const NVML_ERROR_INSUFFICIENT_SIZE = 7;
 export const NVML_ERROR_NO_PERMISSION = 4;
+export const NVML_ERROR_TIMEOUT = 10;
 export const NVML_ERROR_GPU_IS_LOST = 15;
+/** Returned by every call once the driver went away under a live library (driver reload). */
+export const NVML_ERROR_UNINITIALIZED = 1;
+export const NVML_ERROR_DRIVER_NOT_LOADED = 9;
+
+/** nvmlEventTypeXidCriticalError (nvml.h): the only event type the agent registers for. */
+export const NVML_EVENT_TYPE_XID_CRITICAL_ERROR = 0x8n;
 
 /** Real NVML reports ULLONG_MAX for "not available" in process memory (e.g. no permission). */
 const NVML_VALUE_NOT_AVAILABLE = 0xffff_ffff_ffff_ffffn;
@@ -56,7 +63,35 @@ export interface Nvml {
   smClockMhz(device: NvmlDevice): number;
   memoryClockMhz(device: NvmlDevice): number;
   computeProcesses(device: NvmlDevice): NvmlProcess[];
+  /** nvmlDeviceGetTotalEccErrors: corrected (0) or uncorrected (1), volatile (0) or aggregate (1). */
+  totalEccErrors(device: NvmlDevice, errorType: 0 | 1, counter: 0 | 1): number;
+  /** nvmlDeviceGetRetiredPages_v2's page count for one cause: 0 multiple single-bit, 1 double-bit. */
+  retiredPageCount(device: NvmlDevice, cause: 0 | 1): number;
+  retiredPagesPending(device: NvmlDevice): boolean;
+  remappedRows(device: NvmlDevice): NvmlRemappedRows;
+  /** Bit mask of nvmlClocksEventReason*; `source` is the call that answered (older drivers lack the new name). */
+  clocksEventReasons(device: NvmlDevice): { mask: number; source: string };
+  /** nvmlDeviceGetTemperatureThreshold: 0 shutdown, 1 slowdown. */
+  temperatureThreshold(device: NvmlDevice, threshold: 0 | 1): number;
+  pcieLink(device: NvmlDevice, which: 'currentGen' | 'maxGen' | 'currentWidth' | 'maxWidth'): number;
+  /** nvmlDeviceGetMigMode's current mode (pending mode applies after a reset). */
+  migEnabled(device: NvmlDevice): boolean;
+  /** A new event set with the device registered for critical XID events. */
+  xidEventSet(device: NvmlDevice): NvmlEventSet;
+  /** nvmlEventSetWait_v2: the XID of the next queued event, or null when none arrives in timeoutMs. */
+  waitXid(set: NvmlEventSet, timeoutMs: number): number | null;
+  freeEventSet(set: NvmlEventSet): void;
 }
+
+export interface NvmlRemappedRows {
+  correctable: number;
+  uncorrectable: number;
+  pending: boolean;
+  failure: boolean;
+}
+
+/** Opaque nvmlEventSet_t. */
+export type NvmlEventSet = unknown;
 
 // koffi keeps type definitions process-wide; define them once, anonymous so names never collide.
 let types: ReturnType<typeof defineTypes> | null = null;
@@ -83,6 +118,28 @@ function defineTypes() {
       gpuInstanceId: 'uint',
       computeInstanceId: 'uint',
     }),
+    EventSet: koffi.pointer(koffi.opaque()),
+    // nvmlEventData_t as nvmlEventSetWait_v2 fills it (nvml.h since CUDA 11: gpuInstanceId/computeInstanceId added).
+    EventData: koffi.struct({
+      device: 'void *',
+      eventType: ull,
+      eventData: ull,
+      gpuInstanceId: 'uint',
+      computeInstanceId: 'uint',
+    }),
+  };
+}
+
+/** The structs declared to koffi, for the layout test (test/nvml-layout.test.ts compares them with nvml.h). */
+export function nvmlStructTypes() {
+  types ??= defineTypes();
+  const { Memory, Utilization, PciInfo, ProcessInfo, EventData } = types;
+  return {
+    nvmlMemory_t: Memory,
+    nvmlUtilization_t: Utilization,
+    nvmlPciInfo_t: PciInfo,
+    nvmlProcessInfo_t: ProcessInfo,
+    nvmlEventData_t: EventData,
   };
 }
 
@@ -140,6 +197,18 @@ export function loadNvml(libraryPath = 'libnvidia-ml.so.1'): Nvml {
     );
     return out[0] ?? 0;
   };
+
+  const outUll = (name: string, params: unknown[], args: unknown[]) => {
+    const out = [0n];
+    call(name, [...params, koffi.out(koffi.pointer('unsigned long long'))], [...args, out]);
+    return toNumber(out[0] ?? 0);
+  };
+  const PCIE_CALLS = {
+    currentGen: 'nvmlDeviceGetCurrPcieLinkGeneration',
+    maxGen: 'nvmlDeviceGetMaxPcieLinkGeneration',
+    currentWidth: 'nvmlDeviceGetCurrPcieLinkWidth',
+    maxWidth: 'nvmlDeviceGetMaxPcieLinkWidth',
+  } as const;
 
   return {
     libraryPath,
@@ -215,5 +284,92 @@ export function loadNvml(libraryPath = 'libnvidia-ml.so.1'): Nvml {
           BigInt(p.usedGpuMemory) === NVML_VALUE_NOT_AVAILABLE ? null : toNumber(p.usedGpuMemory),
       }));
     },
+    totalEccErrors: (device, errorType, counter) =>
+      outUll('nvmlDeviceGetTotalEccErrors', [t.Device, 'int', 'int'], [device, errorType, counter]),
+    retiredPageCount: (device, cause) => {
+      const name = 'nvmlDeviceGetRetiredPages_v2';
+      const f = fn(name, 'int', [t.Device, 'int', koffi.inout(koffi.pointer('uint')), 'void *', 'void *']);
+      // A zero-sized buffer asks for the count only; NVML answers INSUFFICIENT_SIZE when there are pages.
+      const count = [0];
+      const code = f(device, cause, count, null, null) as number;
+      if (code !== NVML_ERROR_INSUFFICIENT_SIZE) check(name, code);
+      return count[0] ?? 0;
+    },
+    retiredPagesPending: (device) => outUint('nvmlDeviceGetRetiredPagesPendingStatus', device) === 1,
+    remappedRows: (device) => {
+      const outs = [[0], [0], [0], [0]];
+      const uint = () => koffi.out(koffi.pointer('uint'));
+      call('nvmlDeviceGetRemappedRows', [t.Device, uint(), uint(), uint(), uint()], [device, ...outs]);
+      const [corr, unc, pending, failure] = outs.map((o) => o[0] ?? 0);
+      return {
+        correctable: corr ?? 0,
+        uncorrectable: unc ?? 0,
+        pending: pending === 1,
+        failure: failure === 1,
+      };
+    },
+    clocksEventReasons: (device) => {
+      // Renamed in NVML 12.2 (driver 535); the old name is kept by newer drivers but may go.
+      for (const source of [
+        'nvmlDeviceGetCurrentClocksEventReasons',
+        'nvmlDeviceGetCurrentClocksThrottleReasons',
+      ]) {
+        let bound: boolean;
+        try {
+          fn(source, 'int', [t.Device, koffi.out(koffi.pointer('unsigned long long'))]);
+          bound = true;
+        } catch {
+          bound = false;
+        }
+        if (bound) return { mask: outUll(source, [t.Device], [device]), source };
+      }
+      throw new NvmlError(
+        'nvmlDeviceGetCurrentClocksEventReasons',
+        NVML_ERROR_NOT_SUPPORTED,
+        'Not Supported',
+      );
+    },
+    temperatureThreshold: (device, threshold) =>
+      outUint('nvmlDeviceGetTemperatureThreshold', device, threshold),
+    pcieLink: (device, which) => outUint(PCIE_CALLS[which], device),
+    migEnabled: (device) => {
+      const current = [0];
+      const pending = [0];
+      call(
+        'nvmlDeviceGetMigMode',
+        [t.Device, koffi.out(koffi.pointer('uint')), koffi.out(koffi.pointer('uint'))],
+        [device, current, pending],
+      );
+      return current[0] === 1;
+    },
+    xidEventSet: (device) => {
+      const out: unknown[] = [null];
+      call('nvmlEventSetCreate', [koffi.out(koffi.pointer(t.EventSet))], [out]);
+      const set = out[0];
+      try {
+        call(
+          'nvmlDeviceRegisterEvents',
+          [t.Device, 'unsigned long long', t.EventSet],
+          [device, NVML_EVENT_TYPE_XID_CRITICAL_ERROR, set],
+        );
+      } catch (err) {
+        fn('nvmlEventSetFree', 'int', [t.EventSet])(set);
+        throw err;
+      }
+      return set;
+    },
+    waitXid: (set, timeoutMs) => {
+      const name = 'nvmlEventSetWait_v2';
+      const out: { eventType?: number | bigint; eventData?: number | bigint } = {};
+      const code = fn(name, 'int', [t.EventSet, koffi.out(koffi.pointer(t.EventData)), 'uint'])(
+        set,
+        out,
+        timeoutMs,
+      ) as number;
+      if (code === NVML_ERROR_TIMEOUT) return null;
+      check(name, code);
+      return toNumber(out.eventData ?? 0);
+    },
+    freeEventSet: (set) => call('nvmlEventSetFree', [t.EventSet], [set]),
   };
 }

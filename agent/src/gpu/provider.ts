@@ -11,7 +11,7 @@ import {
   processArgs,
   runNvidiaSmi,
 } from './nvidia-smi.ts';
-import { loadNvml, type Nvml, type NvmlDevice } from './nvml.ts';
+import { NvmlSampler, type NvmlSamplerOptions } from './nvml-sampler.ts';
 import { parseSimulateGpus, simulatedDevices } from './simulate.ts';
 
 /** GPU inventory and samples, from whichever source works on this host. */
@@ -19,6 +19,8 @@ export interface GpuProvider {
   readonly simulated: boolean;
   inventory(): Promise<GpuInventory>;
   sample(): Promise<GpuMetrics[]>;
+  /** Ends what the provider started (the NVML sampler process). */
+  close?(): void;
 }
 
 export interface GpuProviderOptions {
@@ -28,22 +30,9 @@ export interface GpuProviderOptions {
   simulateSeed: string;
   nvmlLibrary?: string;
   runNvidiaSmi?: NvidiaSmiRunner;
-  loadNvml?: (path?: string) => Nvml;
+  /** Watchdog and retry timings of the NVML sampler process (tests shorten them). */
+  nvmlSampler?: Omit<NvmlSamplerOptions, 'libraryPath' | 'logger'>;
   logger: Logger;
-}
-
-/** NVML's 12040 -> "12.4". */
-export function formatCudaVersion(v: number): string {
-  return `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}`;
-}
-
-/** A field the board does not support (or that fails) is null, the rest of the sample still counts. */
-function orNull<T>(read: () => T): T | null {
-  try {
-    return read();
-  } catch {
-    return null;
-  }
 }
 
 function simulatedProvider(spec: string, seed: string, logger: Logger): GpuProvider {
@@ -78,53 +67,7 @@ function simulatedProvider(spec: string, seed: string, logger: Logger): GpuProvi
         memoryClockMhz: null,
         processes: [],
       })),
-  };
-}
-
-export function nvmlProvider(nvml: Nvml): GpuProvider {
-  const devices = (): { index: number; handle: NvmlDevice }[] => {
-    const count = nvml.deviceCount();
-    return Array.from({ length: count }, (_, index) => ({ index, handle: nvml.deviceByIndex(index) }));
-  };
-  return {
-    simulated: false,
-    async inventory() {
-      const cuda = orNull(() => nvml.cudaDriverVersion());
-      return {
-        simulated: false,
-        source: 'nvml',
-        driverVersion: orNull(() => nvml.driverVersion()),
-        cudaVersion: cuda === null ? null : formatCudaVersion(cuda),
-        devices: devices().map(({ index, handle }) => ({
-          index,
-          uuid: nvml.uuid(handle),
-          name: orNull(() => nvml.name(handle)) ?? '',
-          memoryTotalBytes: orNull(() => nvml.memory(handle).total),
-          pciBusId: orNull(() => nvml.pciBusId(handle)),
-        })),
-        error: null,
-      };
-    },
-    async sample() {
-      return devices().map(({ index, handle }) => {
-        const memory = orNull(() => nvml.memory(handle));
-        const utilization = orNull(() => nvml.utilization(handle));
-        const power = orNull(() => nvml.powerMilliwatts(handle));
-        return {
-          index,
-          uuid: nvml.uuid(handle),
-          utilizationPercent: utilization?.gpu ?? null,
-          memoryUtilizationPercent: utilization?.memory ?? null,
-          memoryUsedBytes: memory?.used ?? null,
-          memoryTotalBytes: memory?.total ?? null,
-          temperatureC: orNull(() => nvml.temperature(handle)),
-          powerWatts: power === null ? null : power / 1000,
-          smClockMhz: orNull(() => nvml.smClockMhz(handle)),
-          memoryClockMhz: orNull(() => nvml.memoryClockMhz(handle)),
-          processes: orNull(() => nvml.computeProcesses(handle)) ?? [],
-        };
-      });
-    },
+    close: () => {},
   };
 }
 
@@ -140,6 +83,7 @@ export function nvidiaSmiProvider(run: NvidiaSmiRunner): GpuProvider {
       const [metrics, processes] = await Promise.all([run(metricArgs()), run(processArgs()).catch(() => '')]);
       return parseMetricsCsv(metrics, processes);
     },
+    close: () => {},
   };
 }
 
@@ -152,7 +96,7 @@ function noGpuProvider(error: string): GpuProvider {
     devices: [],
     error,
   };
-  return { simulated: false, inventory: async () => inventory, sample: async () => [] };
+  return { simulated: false, inventory: async () => inventory, sample: async () => [], close: () => {} };
 }
 
 /**
@@ -165,10 +109,16 @@ export async function createGpuProvider(options: GpuProviderOptions): Promise<Gp
 
   let nvmlFailure: string;
   try {
-    const nvml = (options.loadNvml ?? loadNvml)(options.nvmlLibrary);
-    nvml.init();
-    logger.info({ library: nvml.libraryPath }, 'GPUs read through NVML');
-    return nvmlProvider(nvml);
+    const libraryPath = options.nvmlLibrary ?? 'libnvidia-ml.so.1';
+    const sampler = new NvmlSampler({ ...options.nvmlSampler, libraryPath, logger });
+    await sampler.start();
+    logger.info({ library: libraryPath }, 'GPUs read through NVML (in a sampler process with a watchdog)');
+    return {
+      simulated: false,
+      inventory: () => sampler.inventory(),
+      sample: () => sampler.sample(),
+      close: () => sampler.close(),
+    };
   } catch (err) {
     nvmlFailure = `nvml: ${errorMessage(err)}`;
   }
