@@ -55,6 +55,8 @@ interface BucketRow {
 
 const ms = (value: Date | string) => new Date(value).getTime();
 
+const RAW_MARGIN_MS = 5 * 60_000;
+
 /**
  * Reads stored metrics as charts want them: a bounded number of equal time buckets over [from, to),
  * averaged in the database, so an hour or a day of samples of every GPU costs the browser a few
@@ -72,7 +74,9 @@ export class MetricSeriesReader {
 
   async read(request: SeriesRequest): Promise<SeriesAnswer> {
     const spanMs = request.to.getTime() - request.from.getTime();
-    const raw = request.from.getTime() >= this.clock.now().getTime() - this.retention.rawMetricsMs;
+    // A window of "the last day" asked a moment ago still reads the raw samples (the margin).
+    const raw =
+      request.from.getTime() >= this.clock.now().getTime() - this.retention.rawMetricsMs - RAW_MARGIN_MS;
     const minStep = raw ? 2 * this.sampleSeconds : 60;
     let stepSeconds = Math.max(minStep, Math.ceil(spanMs / 1000 / request.points));
     if (!raw) stepSeconds = Math.ceil(stepSeconds / 60) * 60;
