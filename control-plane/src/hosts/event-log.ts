@@ -30,6 +30,18 @@ export interface HostEventRecord {
   detail: Record<string, unknown> | null;
 }
 
+/** What the timeline needs of a GPU health change (the GPU health code's notice has these fields). */
+export interface GpuHealthChangeNotice {
+  hostId: string;
+  gpuIndex: number;
+  gpuUuid: string;
+  from: string | null;
+  to: string;
+  reasons: readonly { code: string; severity?: string; message?: string }[];
+  /** Who reset it; null or absent: the agent's report. */
+  by?: unknown;
+}
+
 /** Longest message kept; the reasons a message quotes come from agents and operators. */
 const MAX_MESSAGE = 1_000;
 
@@ -69,6 +81,25 @@ export class HostEventLog {
         clean.detail && JSON.stringify(clean.detail),
       ],
     );
+  }
+
+  /**
+   * A GPU's kept health changed: the agent reported a worse state, or an operator reset it. Shaped like
+   * the GPU health code's change notice (FleetEvents), which the fleet passes here as it is.
+   */
+  async recordGpuHealth(change: GpuHealthChangeNotice): Promise<void> {
+    const reasons = change.reasons.map((r) => r.code);
+    const verdict = `GPU ${change.gpuIndex} ${change.from ?? 'unreported'} → ${change.to}`;
+    const why = reasons.length > 0 ? `: ${reasons.join(', ')}` : '';
+    const by = change.by ? ' (reset by an operator)' : '';
+    await this.record(change.hostId, 'gpu_health', `${verdict}${why}${by}`, {
+      gpuIndex: change.gpuIndex,
+      gpuUuid: change.gpuUuid,
+      from: change.from,
+      to: change.to,
+      reasons: change.reasons,
+      by: change.by ?? null,
+    });
   }
 
   /** A host's events, newest first (by id: the order they were written in), optionally only those older than event `before` or since `from`. */

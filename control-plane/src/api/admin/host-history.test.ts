@@ -220,7 +220,15 @@ describe('admin host history: metric series and the host timeline', () => {
     // A stale connection's close changes nothing and says nothing.
     await hosts.markDisconnected(hostId, 'c0');
     await hosts.markDisconnected(hostId, 'c1');
-    await t.context.fleet.hostEvents.record(hostId, 'gpu_health', 'GPU 0 failed: XID 79', { index: 0 });
+    await t.context.fleet.hostEvents.recordGpuHealth({
+      hostId,
+      gpuIndex: 0,
+      gpuUuid: 'GPU-0',
+      from: 'healthy',
+      to: 'failed',
+      reasons: [{ code: 'xid_79', severity: 'failed', message: 'GPU has fallen off the bus' }],
+      by: null,
+    });
 
     const res = await call(t, { url: `/v2/admin/hosts/${hostId}/events` });
     expect(res.statusCode).toBe(200);
@@ -236,6 +244,10 @@ describe('admin host history: metric series and the host timeline', () => {
       'joined',
     ]);
     expect(body.events[3]!.message).toBe('cordoned: bad fan');
+    expect(body.events[0]).toMatchObject({
+      message: 'GPU 0 healthy → failed: xid_79',
+      detail: { gpuIndex: 0, from: 'healthy', to: 'failed', reasons: [{ code: 'xid_79' }] },
+    });
     expect(body.events.at(-1)!.message).toContain('gpu-box-1');
 
     const page = await call(t, { url: `/v2/admin/hosts/${hostId}/events?limit=3` });
