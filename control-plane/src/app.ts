@@ -6,6 +6,7 @@ import { sshKeyRoutes } from './api/accounts/ssh-keys.ts';
 import { adminAccountRoutes } from './api/admin/accounts.routes.ts';
 import { adminClusterRoutes } from './api/admin/clusters.routes.ts';
 import { gpuPriceRoutes } from './api/admin/gpu-prices.routes.ts';
+import { adminHostHistoryRoutes } from './api/admin/host-history.routes.ts';
 import { adminHostRoutes } from './api/admin/hosts.routes.ts';
 import { installHttpMetrics, metricsRoutes } from './api/admin/metrics.routes.ts';
 import { agentDownloadRoutes } from './api/agent-downloads/routes.ts';
@@ -113,6 +114,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(rateLimitRoutes, { context });
   await app.register(analyticsRoutes, { context });
   await app.register(adminHostRoutes, { context });
+  await app.register(adminHostHistoryRoutes, { context });
   await app.register(adminClusterRoutes, { context });
   await app.register(adminAccountRoutes, { context });
   await app.register(metricsRoutes, { context });

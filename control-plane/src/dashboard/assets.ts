@@ -1,11 +1,13 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const CLIENT = join(HERE, 'client');
+const UPLOT_CSS = createRequire(import.meta.url).resolve('uplot/dist/uPlot.min.css');
 
 export interface Asset {
   body: Buffer;
@@ -47,7 +49,9 @@ export async function buildDashboardAssets(): Promise<DashboardAssets> {
   const code = result.outputFiles[0];
   if (!code) throw new Error('dashboard bundle produced no output');
   const script = asset(Buffer.from(code.contents), 'text/javascript; charset=utf-8');
-  const style = asset(await readFile(join(CLIENT, 'dashboard.css')), 'text/css; charset=utf-8');
+  // uPlot's own rules (legend, cursor) first, so the dashboard's may refine them.
+  const css = await Promise.all([readFile(UPLOT_CSS), readFile(join(CLIENT, 'dashboard.css'))]);
+  const style = asset(Buffer.concat([css[0], Buffer.from('\n'), css[1]]), 'text/css; charset=utf-8');
   const html = asset(page(script.etag.slice(1, 13), style.etag.slice(1, 13)), 'text/html; charset=utf-8');
   return { html, script, style };
 }

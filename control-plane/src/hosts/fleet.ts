@@ -4,9 +4,11 @@ import type { Clock } from '../auth/clock.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/index.ts';
 import { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
+import { MetricSeriesReader } from '../telemetry/series.ts';
 import { type TelemetryOptions, TelemetryService } from '../telemetry/telemetry.ts';
 import { type TunnelMeter, TunnelService } from '../tunnels/service.ts';
 import { WorkloadService } from '../workloads/workloads.ts';
+import { HostEventLog } from './event-log.ts';
 import { FleetEvents } from './events.ts';
 import { HostService } from './hosts.ts';
 import { JoinTokenService } from './join-tokens.ts';
@@ -14,10 +16,14 @@ import { JoinTokenService } from './join-tokens.ts';
 /** The host fleet's services, built once per process and started and stopped with it. */
 export interface Fleet {
   events: FleetEvents;
+  /** Each host's timeline (joins, connections, cordons, GPU health changes). */
+  hostEvents: HostEventLog;
   joinTokens: JoinTokenService;
   hosts: HostService;
   workloads: WorkloadService;
   telemetry: TelemetryService;
+  /** Stored metrics bucketed for charts. */
+  metricSeries: MetricSeriesReader;
   agents: AgentGateway;
   /** Reverse tunnels into workloads' containers through their agents (TunnelOpener). */
   tunnels: TunnelService;
@@ -84,10 +90,12 @@ export function createFleet(
   metrics.useSources({ db, clock, connectedAgents: () => agents.connectedCount });
   return {
     events,
+    hostEvents: new HostEventLog(db, clock),
     joinTokens: new JoinTokenService(db, clock),
     hosts,
     workloads,
     telemetry,
+    metricSeries: new MetricSeriesReader(db, clock, telemetry.retention, config.metricsSeconds),
     agents,
     tunnels,
     metrics,

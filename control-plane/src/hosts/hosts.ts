@@ -4,6 +4,7 @@ import { cleanJson, cleanText } from '../agents/sanitize.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Host, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { type HostEventType, hostEventFields } from './event-log.ts';
 import type { FleetEvents } from './events.ts';
 import { type JoinTokenStatus, joinTokenStatus } from './join-tokens.ts';
 import { generateHostCredential, hashSecret } from './secrets.ts';
@@ -229,6 +230,15 @@ export class HostService {
           createdAt: now,
         },
       });
+      await tx.hostEvent.create({
+        data: {
+          hostId,
+          at: now,
+          type: 'joined',
+          message: `registered as ${hostname} with join token ${token.id}`,
+          detail: { joinTokenId: token.id, agentVersion: cleanText(input.agentVersion, 64) },
+        },
+      });
       return true;
     });
     if (registered) return { ok: true, hostId, credential };
@@ -348,6 +358,15 @@ export class HostService {
         where: { hostId, hostUnreachable: true },
         data: { hostUnreachable: false },
       }),
+      this.db.prisma.hostEvent.create({
+        data: {
+          hostId,
+          at: now,
+          type: 'connected',
+          message: `agent ${cleanText(input.agentVersion, 64)} connected`,
+          detail: { agentVersion: cleanText(input.agentVersion, 64), protocolVersion: input.protocolVersion },
+        },
+      }),
     ]);
   }
 
@@ -369,10 +388,14 @@ export class HostService {
 
   /** Only the connection that holds the host clears it: a replaced connection's late close changes nothing. */
   async markDisconnected(hostId: string, connectionId: string): Promise<void> {
-    await this.db.prisma.host.updateMany({
-      where: { id: hostId, connectionId },
-      data: { connectedReplicaId: null, connectionId: null, disconnectedAt: this.clock.now() },
-    });
+    const now = this.clock.now().toISOString();
+    await this.db.sql.query(
+      `WITH gone AS (
+         UPDATE hosts SET connected_replica_id = NULL, connection_id = NULL, disconnected_at = $3, updated_at = $3
+         WHERE id = $1 AND connection_id = $2 RETURNING id)
+       INSERT INTO host_events (host_id, at, type, message) SELECT id, $3, 'disconnected', 'agent disconnected' FROM gone`,
+      [hostId, connectionId, now],
+    );
   }
 
   /**
@@ -383,13 +406,18 @@ export class HostService {
     if (beats.length === 0) return [];
     const now = this.clock.now();
     const rows = await this.db.sql.query<{ id: string; old_state: string }>(
-      `UPDATE hosts AS h
-       SET last_heartbeat_at = GREATEST(COALESCE(h.last_heartbeat_at, s.at), s.at),
-           state = 'ready', unreachable_since = NULL, updated_at = $3
-       FROM (SELECT v.id, v.at, h0.state AS old_state
-             FROM unnest($1::text[], $2::timestamptz[]) AS v(id, at) JOIN hosts h0 ON h0.id = v.id) AS s
-       WHERE h.id = s.id AND h.deleted_at IS NULL
-       RETURNING h.id, s.old_state`,
+      `WITH beat AS (
+         UPDATE hosts AS h
+         SET last_heartbeat_at = GREATEST(COALESCE(h.last_heartbeat_at, s.at), s.at),
+             state = 'ready', unreachable_since = NULL, updated_at = $3
+         FROM (SELECT v.id, v.at, h0.state AS old_state, h0.unreachable_since
+               FROM unnest($1::text[], $2::timestamptz[]) AS v(id, at) JOIN hosts h0 ON h0.id = v.id) AS s
+         WHERE h.id = s.id AND h.deleted_at IS NULL
+         RETURNING h.id, s.old_state, s.unreachable_since),
+       logged AS (
+         INSERT INTO host_events (host_id, at, type, message)
+         SELECT id, $3, 'recovered', 'heartbeats resumed' FROM beat WHERE old_state = 'unreachable')
+       SELECT id, old_state FROM beat`,
       [beats.map((b) => b.hostId), beats.map((b) => b.at.toISOString()), now.toISOString()],
     );
     const recovered = rows.filter((r) => r.old_state === 'unreachable').map((r) => r.id);
@@ -410,9 +438,16 @@ export class HostService {
   async markUnreachable(cutoff: Date): Promise<{ id: string; name: string }[]> {
     const now = this.clock.now();
     const hosts = await this.db.sql.query<{ id: string; name: string }>(
-      `UPDATE hosts SET state = 'unreachable', unreachable_since = $2, updated_at = $2
-       WHERE state = 'ready' AND deleted_at IS NULL AND (last_heartbeat_at IS NULL OR last_heartbeat_at < $1)
-       RETURNING id, name`,
+      `WITH lost AS (
+         UPDATE hosts SET state = 'unreachable', unreachable_since = $2, updated_at = $2
+         WHERE state = 'ready' AND deleted_at IS NULL AND (last_heartbeat_at IS NULL OR last_heartbeat_at < $1)
+         RETURNING id, name, last_heartbeat_at),
+       logged AS (
+         INSERT INTO host_events (host_id, at, type, message, detail)
+         SELECT id, $2, 'unreachable', 'no heartbeat within the grace period',
+                jsonb_build_object('lastHeartbeatAt', last_heartbeat_at)
+         FROM lost)
+       SELECT id, name FROM lost`,
       [cutoff.toISOString(), now.toISOString()],
     );
     if (hosts.length > 0) {
@@ -485,22 +520,59 @@ export class HostService {
   /** Nothing new is placed on a cordoned host; what runs there keeps running. */
   async cordon(hostId: string, reason: string | null): Promise<HostDetail> {
     const host = await this.find(hostId);
-    await this.db.prisma.host.update({
-      where: { id: hostId },
-      data: host.cordoned
-        ? { cordonReason: reason ?? host.cordonReason }
-        : { cordoned: true, cordonedAt: this.clock.now(), cordonReason: reason },
-    });
+    const now = this.clock.now();
+    const cordonReason = host.cordoned ? (reason ?? host.cordonReason) : reason;
+    await this.db.prisma.$transaction([
+      this.db.prisma.host.update({
+        where: { id: hostId },
+        data: host.cordoned ? { cordonReason } : { cordoned: true, cordonedAt: now, cordonReason },
+      }),
+      // A repeated cordon with the same reason changes nothing, and the timeline says nothing.
+      ...(host.cordoned && cordonReason === host.cordonReason
+        ? []
+        : [
+            this.timelineEntry(
+              hostId,
+              now,
+              'cordoned',
+              cordonReason ? `cordoned: ${cordonReason}` : 'cordoned',
+              { reason: cordonReason },
+            ),
+          ]),
+    ]);
     return this.get(hostId);
   }
 
   async uncordon(hostId: string): Promise<HostDetail> {
-    await this.find(hostId);
-    await this.db.prisma.host.update({
-      where: { id: hostId },
-      data: { cordoned: false, cordonedAt: null, cordonReason: null },
-    });
+    const host = await this.find(hostId);
+    const now = this.clock.now();
+    await this.db.prisma.$transaction([
+      this.db.prisma.host.update({
+        where: { id: hostId },
+        data: { cordoned: false, cordonedAt: null, cordonReason: null },
+      }),
+      ...(host.cordoned ? [this.timelineEntry(hostId, now, 'uncordoned', 'uncordoned', null)] : []),
+    ]);
     return this.get(hostId);
+  }
+
+  private timelineEntry(
+    hostId: string,
+    at: Date,
+    type: HostEventType,
+    message: string,
+    detail: Record<string, unknown> | null,
+  ) {
+    const clean = hostEventFields(message, detail);
+    return this.db.prisma.hostEvent.create({
+      data: {
+        hostId,
+        at,
+        type,
+        message: clean.message,
+        ...(clean.detail === null ? {} : { detail: clean.detail as Prisma.InputJsonValue }),
+      },
+    });
   }
 
   /**
@@ -538,6 +610,7 @@ export class HostService {
         where: { id: hostId },
         data: { deletedAt: now, connectedReplicaId: null, connectionId: null, disconnectedAt: now },
       }),
+      this.timelineEntry(hostId, now, 'deleted', force ? 'deleted (forced)' : 'deleted', { force }),
     ]);
     await this.events.hostDeleted(hostId);
     const host = await this.db.prisma.host.findUniqueOrThrow({ where: { id: hostId } });

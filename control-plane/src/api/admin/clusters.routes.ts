@@ -45,6 +45,7 @@ export const adminClusterRoutes: FastifyPluginAsyncTypebox<{ context: AppContext
       }
       const where: Prisma.ClusterWhereInput = {
         status: statuses?.length ? { in: statuses } : { not: 'deleted' },
+        ...(q.id ? { id: q.id } : {}),
         ...(q.account_id ? { accountId: q.account_id } : {}),
         ...(q.host_id ? { hostId: q.host_id } : {}),
         ...(q.gpu_type ? { gpuType: q.gpu_type } : {}),

@@ -76,7 +76,7 @@ describe('GET /v2/admin/clusters', () => {
     });
   });
 
-  it('filters by status, account and GPU type, and pages', async () => {
+  it('filters by status, account, GPU type and id, and pages', async () => {
     const other = await seed();
     const pending = (await call(t, { url: '/v2/admin/clusters?status=pending,deleted' })).json();
     expect(pending.clusters.map((c: { id: string }) => c.id)).toEqual(['cluster_d', 'cluster_b']);
@@ -89,6 +89,9 @@ describe('GET /v2/admin/clusters', () => {
     expect(page.pagination).toEqual({ total: 3, limit: 2, offset: 1, hasMore: false });
     const first = (await call(t, { url: '/v2/admin/clusters?limit=1' })).json();
     expect(first.pagination.hasMore).toBe(true);
+    // One cluster by id (the dashboard's link from a workload to its cluster).
+    const one = (await call(t, { url: '/v2/admin/clusters?id=cluster_c' })).json();
+    expect(one.clusters.map((c: { id: string }) => c.id)).toEqual(['cluster_c']);
   });
 
   it('refuses unknown statuses and bad paging with VALIDATION_ERROR', async () => {

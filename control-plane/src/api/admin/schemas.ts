@@ -275,6 +275,7 @@ export const AdminClustersQuery = Type.Object(
         description: `Comma list of statuses (${ADMIN_CLUSTER_STATUSES.join(', ')}). Default: every status but deleted.`,
       }),
     ),
+    id: Type.Optional(Type.String({ maxLength: 64, description: 'One cluster (the dashboard links to it)' })),
     account_id: Type.Optional(Type.String({ maxLength: 64 })),
     host_id: Type.Optional(Type.String({ maxLength: 64 })),
     gpu_type: Type.Optional(Type.String({ maxLength: 64 })),

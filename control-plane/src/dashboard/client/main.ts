@@ -91,7 +91,7 @@ function start(api: Api): void {
           : section === 'tokens'
             ? tokensView(context)
             : section === 'clusters'
-              ? clustersView(context)
+              ? clustersView(context, decoded)
               : section === 'accounts'
                 ? accountsView(context)
                 : fleetView(context);

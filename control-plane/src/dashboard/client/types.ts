@@ -1,4 +1,5 @@
 import type { Static } from '@sinclair/typebox';
+import type { HostEventRecord, SeriesResponse } from '../../api/admin/host-history.schemas.ts';
 import type {
   AdminAccountList,
   AdminClusterList,
@@ -28,3 +29,5 @@ export type ClusterList = Static<typeof AdminClusterList>;
 export type AdminCluster = ClusterList['clusters'][number];
 export type AccountList = Static<typeof AdminAccountList>;
 export type AdminAccount = AccountList['accounts'][number];
+export type MetricSeries = Static<typeof SeriesResponse>;
+export type HostEvent = Static<typeof HostEventRecord>;

@@ -17,7 +17,7 @@ const STATUSES = [
 ];
 
 /** Every account's clusters: who holds which GPUs where, and what waits for room (and since when). */
-export function clustersView(context: ViewContext): View {
+export function clustersView(context: ViewContext, clusterId = ''): View {
   let offset = 0;
   const status = h(
     'select',
@@ -32,7 +32,8 @@ export function clustersView(context: ViewContext): View {
   const element = h(
     'div',
     { attrs: { 'data-view': 'clusters' } },
-    h('h2', null, 'Clusters'),
+    h('h2', null, clusterId ? `Cluster ${clusterId}` : 'Clusters'),
+    clusterId ? h('p', null, h('a', { attrs: { href: '#/clusters' } }, 'All clusters')) : null,
     h('label', null, 'Status ', status),
     tiles,
     h(
@@ -55,6 +56,11 @@ export function clustersView(context: ViewContext): View {
   const refresh = async () => {
     const query = new URLSearchParams({ limit: String(PAGE), offset: String(offset) });
     if (status.value) query.set('status', status.value);
+    // One cluster (a link from its workload): whatever its status, deleted included.
+    if (clusterId) {
+      query.set('id', clusterId);
+      if (!status.value) query.set('status', STATUSES.filter(Boolean).join(','));
+    }
     const list = await context.api.get<ClusterList>(`/v2/admin/clusters?${query}`);
     const tile = (label: string, value: string | number, name: string) =>
       h(
@@ -98,7 +104,23 @@ function row(cluster: AdminCluster): HTMLElement {
   return h(
     'tr',
     { attrs: { 'data-cluster': cluster.id } },
-    h('td', null, cluster.name, h('div', { class: 'mono small muted' }, cluster.id)),
+    h(
+      'td',
+      null,
+      h('a', { attrs: { href: `#/clusters/${encodeURIComponent(cluster.id)}` } }, cluster.name),
+      h('div', { class: 'mono small muted' }, cluster.id),
+      // Placed clusters have a container: the workload of the same id, with its logs.
+      cluster.hostId
+        ? h(
+            'a',
+            {
+              class: 'small',
+              attrs: { href: `#/workloads/${encodeURIComponent(cluster.id)}`, 'data-link': 'workload' },
+            },
+            'workload and logs',
+          )
+        : null,
+    ),
     h(
       'td',
       null,

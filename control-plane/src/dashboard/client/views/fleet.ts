@@ -2,26 +2,54 @@ import { h, replace } from '../dom.ts';
 import { ago, bytes } from '../format.ts';
 import type { Host } from '../types.ts';
 import type { View, ViewContext } from '../view.ts';
+import {
+  type FleetSort,
+  filterHosts,
+  fleetFilterBar,
+  freeGpus,
+  hostHealth,
+  type SortKey,
+  sortHosts,
+} from './fleet-filters.ts';
 import { hostActions, statusBadge } from './host-actions.ts';
 
-/** Every host: a summary of the fleet's capacity, then one row per host with its actions. */
+/** The table's columns: a header, and what it sorts by when clicked (none for the actions). */
+const COLUMNS: [string, SortKey | null][] = [
+  ['Host', 'name'],
+  ['Status', 'status'],
+  ['GPUs', 'gpus'],
+  ['Free GPUs', 'free'],
+  ['Health', 'health'],
+  ['Workloads', null],
+  ['Memory', null],
+  ['Heartbeat', 'heartbeat'],
+  ['Agent', null],
+  ['', null],
+];
+
+/**
+ * Every host: a summary of the fleet's capacity, then one row per host with its actions, filtered
+ * (status, GPU type, region, GPU health, free GPUs) and sorted by a column's header.
+ */
 export function fleetView(context: ViewContext): View {
   const summary = h('section', { class: 'tiles' });
   const rows = h('tbody');
+  let hosts: Host[] = [];
+  let sort: FleetSort = { key: 'name', descending: false };
+  const filters = fleetFilterBar(() => draw());
+  const headers = COLUMNS.map(([title, key]) => {
+    if (!key) return h('th', null, title);
+    const button = h('button', { class: 'sort', attrs: { type: 'button', 'data-sort': key } }, title);
+    button.addEventListener('click', () => {
+      sort = { key, descending: sort.key === key ? !sort.descending : false };
+      draw();
+    });
+    return h('th', { attrs: { 'data-column': key } }, button);
+  });
   const table = h(
     'table',
     { attrs: { 'data-table': 'hosts' } },
-    h(
-      'thead',
-      null,
-      h(
-        'tr',
-        null,
-        ['Host', 'Status', 'GPUs', 'Allocated', 'Workloads', 'Memory', 'Heartbeat', 'Agent', ''].map((t) =>
-          h('th', null, t),
-        ),
-      ),
-    ),
+    h('thead', null, h('tr', null, headers)),
     rows,
   );
   const empty = h(
@@ -29,17 +57,29 @@ export function fleetView(context: ViewContext): View {
     { class: 'muted', attrs: { hidden: true } },
     'No hosts yet: create a join token and install the agent.',
   );
-  const element = h('div', null, summary, table, empty);
+  const none = h('p', { class: 'muted', attrs: { hidden: true, 'data-no-match': true } }, 'No host matches.');
+  const element = h('div', null, summary, filters.element, table, none, empty);
 
-  const refresh = async () => {
-    const { hosts } = await context.api.get<{ hosts: Host[] }>('/v2/admin/hosts');
-    replace(summary, tiles(hosts));
+  const draw = () => {
+    const shown = sortHosts(filterHosts(hosts, filters.value()), sort);
+    for (const th of headers) {
+      const key = th.getAttribute('data-column');
+      if (key === sort.key) th.setAttribute('aria-sort', sort.descending ? 'descending' : 'ascending');
+      else th.removeAttribute('aria-sort');
+    }
     replace(
       rows,
-      hosts.map((host) => row(host, context, refresh)),
+      shown.map((host) => row(host, context, refresh)),
     );
-    empty.hidden = hosts.length > 0;
     table.hidden = hosts.length === 0;
+    empty.hidden = hosts.length > 0;
+    none.hidden = hosts.length === 0 || shown.length > 0;
+  };
+  const refresh = async () => {
+    hosts = (await context.api.get<{ hosts: Host[] }>('/v2/admin/hosts')).hosts;
+    replace(summary, tiles(hosts));
+    filters.offer(hosts);
+    draw();
   };
   return { title: 'Fleet', element, refresh };
 }
@@ -88,7 +128,17 @@ function row(host: Host, context: ViewContext, refresh: () => Promise<void>): HT
       `${host.gpus.count} × ${models}`,
       host.gpus.simulated ? h('span', { class: 'tag' }, 'simulated') : null,
     ),
-    h('td', null, `${host.workloads.gpusAllocated} / ${host.gpus.count}`),
+    h(
+      'td',
+      { attrs: { 'data-free': freeGpus(host) } },
+      `${freeGpus(host)} of ${host.gpus.count}`,
+      h('div', { class: 'muted small' }, `${host.workloads.gpusAllocated} allocated`),
+    ),
+    h(
+      'td',
+      { attrs: { 'data-health': hostHealth(host) } },
+      hostHealth(host) === 'unknown' ? '—' : hostHealth(host),
+    ),
     h('td', null, `${host.workloads.running} running / ${host.workloads.total}`),
     h('td', null, bytes(host.memoryBytes)),
     h('td', null, ago(host.lastHeartbeatAt)),

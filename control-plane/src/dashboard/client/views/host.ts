@@ -3,6 +3,8 @@ import { ago, bytes, number, percent } from '../format.ts';
 import type { GpuDevice, HostDetail, MetricPoint } from '../types.ts';
 import type { View, ViewContext } from '../view.ts';
 import { hostActions, statusBadge } from './host-actions.ts';
+import { hostCharts } from './host-charts.ts';
+import { hostTimeline } from './host-timeline.ts';
 
 /**
  * Samples newer than this before the host's last heartbeat count as its current readings (agents send
@@ -11,9 +13,15 @@ import { hostActions, statusBadge } from './host-actions.ts';
 const RECENT_MS = 60_000;
 const POINT_LIMIT = 10_000;
 
-/** One host: inventory, the latest GPU and host readings its agent sent, and the workloads on it. */
+/**
+ * One host: inventory, the latest GPU and host readings its agent sent, the workloads on it, then its
+ * history charts and its timeline.
+ */
 export function hostView(context: ViewContext, hostId: string): View {
-  const element = h('div', { attrs: { 'data-view': 'host' } });
+  const details = h('div');
+  const charts = hostCharts(context, hostId);
+  const timeline = hostTimeline(context, hostId);
+  const element = h('div', { attrs: { 'data-view': 'host' } }, details, charts.element, timeline.element);
   const view: View = {
     title: 'Host',
     element,
@@ -31,7 +39,8 @@ export function hostView(context: ViewContext, hostId: string): View {
           .then((r) => latestBySeries(r.points));
       // The host's own series is named '' (GPUs are named by UUID).
       const [gpuReadings, hostReadings] = await Promise.all([metrics('gpu'), metrics('host')]);
-      replace(element, render(host, gpuReadings, hostReadings.get('') ?? null, context, view.refresh));
+      replace(details, render(host, gpuReadings, hostReadings.get('') ?? null, context, view.refresh));
+      await Promise.all([charts.refresh(host), timeline.refresh()]);
     },
   };
   return view;

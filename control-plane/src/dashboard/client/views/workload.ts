@@ -39,6 +39,19 @@ export function workloadView(context: ViewContext, workloadId: string): View {
         ),
         h('dt', null, 'Kind'),
         h('dd', null, workload.kind),
+        // A cluster's container is the workload with the cluster's id.
+        workload.kind === 'cluster' ? h('dt', null, 'Cluster') : null,
+        workload.kind === 'cluster'
+          ? h(
+              'dd',
+              null,
+              h(
+                'a',
+                { attrs: { href: `#/clusters/${encodeURIComponent(workload.id)}`, 'data-link': 'cluster' } },
+                workload.id,
+              ),
+            )
+          : null,
         h('dt', null, 'Image'),
         h('dd', { class: 'mono' }, workload.spec.image ?? '—'),
         h('dt', null, 'Desired'),
