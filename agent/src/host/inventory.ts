@@ -2,11 +2,8 @@ import { hostname as osHostname } from 'node:os';
 import type { HostInventory } from '@anvil/shared/protocol';
 import si from 'systeminformation';
 import { wrapError } from '../errors.ts';
-import { isHostDisk, isHostInterface, known } from './filters.ts';
-
-function addresses(value: string | undefined): string[] {
-  return value ? [value] : [];
-}
+import { isHostDisk, known } from './filters.ts';
+import { networkInterfaceInventory } from './network-interfaces.ts';
 
 type StaticFacts = [Awaited<ReturnType<typeof si.osInfo>>, Awaited<ReturnType<typeof si.cpu>>];
 let staticFacts: StaticFacts | null = null;
@@ -28,7 +25,7 @@ export async function hostInventory(): Promise<HostInventory> {
       osAndCpu(),
       si.mem(),
       si.fsSize(),
-      si.networkInterfaces(),
+      networkInterfaceInventory(),
     ]);
     const model = [cpu.manufacturer, cpu.brand].filter((s) => s && s !== 'unknown').join(' ');
     return {
@@ -45,16 +42,7 @@ export async function hostInventory(): Promise<HostInventory> {
       disks: disks
         .filter((d) => isHostDisk(d.type, d.mount))
         .map((d) => ({ device: d.fs, mount: d.mount, fsType: known(d.type), sizeBytes: known(d.size) })),
-      networkInterfaces: (Array.isArray(nics) ? nics : [nics])
-        .filter((n) => isHostInterface(n.iface))
-        .map((n) => ({
-          name: n.iface,
-          mac: known(n.mac),
-          ipv4: addresses(n.ip4),
-          ipv6: addresses(n.ip6),
-          speedMbps: known(n.speed),
-          virtual: typeof n.virtual === 'boolean' ? n.virtual : null,
-        })),
+      networkInterfaces: nics,
     };
   } catch (err) {
     throw wrapError('host inventory', err);
