@@ -90,6 +90,27 @@ describe('agent artifacts and versions', () => {
     expect(artifact.headers['x-content-sha256']).toBe(SHA);
     const sum = await t.app.inject({ url: `${base}.sha256` });
     expect(sum.body).toBe(`${SHA}  ${artifactFileName(PUBLISHED, 'x64')}\n`);
+    const manifest = (await t.app.inject({ url: '/agent/artifacts/manifest.json' })).json();
+    expect(manifest).toMatchObject({ desiredVersion: '0.1.0', bundledVersion: '0.1.0' });
+    expect(manifest.versions).toEqual([
+      { version: '0.1.0', artifacts: [], buildOnRequest: [process.arch] },
+      {
+        version: PUBLISHED,
+        artifacts: [
+          {
+            arch: 'x64',
+            os: 'linux',
+            file: artifactFileName(PUBLISHED, 'x64'),
+            url: base,
+            sha256: SHA,
+            sizeBytes: BYTES.length,
+            nodeVersion: 'v20.20.2',
+            builtAt: '2026-11-27T00:00:00.000Z',
+          },
+        ],
+        buildOnRequest: [],
+      },
+    ]);
     for (const url of [
       `/agent/artifacts/${PUBLISHED}/${artifactFileName(PUBLISHED, 'arm64')}`,
       `/agent/artifacts/8.8.8/${artifactFileName('8.8.8', 'x64')}`,

@@ -76,17 +76,18 @@ export const agentArtifactRoutes: FastifyPluginAsync<{ context: AppContext }> = 
       const fleet = await agentVersions.fleet();
       const versions = [];
       for (const version of fleet.availableVersions) {
-        const infos =
-          version === fleet.bundledVersion
-            ? await Promise.all((await artifacts.buildableArches()).map((a) => artifacts.get(version, a)))
-            : await artifacts.published(version);
-        versions.push({ version, artifacts: infos.map(published) });
+        const infos = await artifacts.published(version);
+        versions.push({
+          version,
+          artifacts: infos.map(published),
+          // The shipped version is built on its first request for an architecture with a runtime here.
+          buildOnRequest:
+            version === fleet.bundledVersion
+              ? (await artifacts.buildableArches()).filter((a) => !infos.some((i) => i.arch === a))
+              : [],
+        });
       }
-      return {
-        desiredVersion: fleet.desiredVersion,
-        bundledVersion: fleet.bundledVersion,
-        versions,
-      };
+      return { desiredVersion: fleet.desiredVersion, bundledVersion: fleet.bundledVersion, versions };
     },
   );
 
