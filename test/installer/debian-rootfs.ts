@@ -32,6 +32,19 @@ async function imageExists(docker: Dockerode, ref: string): Promise<boolean> {
   }
 }
 
+/**
+ * Whether the Debian image can be had: debootstrap is installed, or today's tarball is cached. Without
+ * either the test skips with a line on stderr, except under ANVIL_REQUIRE_DOCKER=1 (CI), where it fails.
+ */
+export function debianImageOrFail(): boolean {
+  const cached = existsSync(join(cacheDir(), `debian12-minbase-${today()}.tar`));
+  if (cached || ['/usr/sbin/debootstrap', '/usr/bin/debootstrap'].some((p) => existsSync(p))) return true;
+  const message = 'self-install test: debootstrap is not installed (apt-get install debootstrap)';
+  if (process.env['ANVIL_REQUIRE_DOCKER'] === '1') throw new Error(`ANVIL_REQUIRE_DOCKER=1 but ${message}`);
+  process.stderr.write(`SKIPPED ${message}\n`);
+  return false;
+}
+
 function debootstrapBinary(): string {
   const found = ['/usr/sbin/debootstrap', '/usr/bin/debootstrap'].find((p) => existsSync(p));
   if (!found) throw new Error('debootstrap is not installed: apt-get install debootstrap (.ci/run does)');

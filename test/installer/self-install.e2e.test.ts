@@ -10,7 +10,7 @@ import { FleetControlPlane } from '../fleet/control-plane.ts';
 import { dockerOrFail } from '../fleet/docker.ts';
 import { busyboxSpec, createWorkload, removeRunContainers, runLabel } from '../fleet/fixtures.ts';
 import { waitFor } from '../fleet/wait.ts';
-import { debianImage } from './debian-rootfs.ts';
+import { debianImage, debianImageOrFail } from './debian-rootfs.ts';
 
 const run = promisify(execFile);
 
@@ -53,7 +53,7 @@ function unitValues(unit: string): Record<string, string> {
  * ExecStart with its EnvironmentFile in a loop that restarts it as Restart=always does, sparing the exit
  * codes of RestartPreventExitStatus.
  */
-describe.skipIf(!dockerOrFail('self-install tests'))(
+describe.skipIf(!dockerOrFail('self-install tests') || !debianImageOrFail())(
   'the agent installs itself from the control plane',
   () => {
     const labels = runLabel();
