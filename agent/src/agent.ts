@@ -40,6 +40,7 @@ import { controlPlaneDownloads } from './reconcile/download-request.ts';
 import { Reconciler } from './reconcile/reconciler.ts';
 import { watchDocker } from './reconcile/watch.ts';
 import { TunnelManager } from './tunnels/manager.ts';
+import type { SelfUpgrader, UpgradeResult } from './upgrade/self-upgrade.ts';
 import { AGENT_VERSION } from './version.ts';
 
 /** How old an inventory a reconnect's hello may reuse (a fresh one follows the welcome). */
@@ -86,6 +87,10 @@ export interface AgentOptions {
   diskMeasureMs?: number;
   /** ANVIL_DIRECT_PORTS_ADDRESS and its range; absent: no port is published on the host. */
   directPorts?: DirectPorts | null;
+  /** Installs another agent version when the control plane asks (upgrade_agent); null: refused. */
+  upgrader?: SelfUpgrader | null;
+  /** Called after an upgrade was staged and its reply sent: the process should exit to run it. */
+  onUpgraded?: (result: UpgradeResult) => void;
 }
 
 export interface Agent {
@@ -363,6 +368,22 @@ export function createAgent(options: AgentOptions): Agent {
       case 'list_snapshots': {
         if (!options.runtime.listSnapshots) throw new Error('this container runtime cannot list images');
         return { images: await options.runtime.listSnapshots(command) };
+      }
+      case 'upgrade_agent': {
+        if (!options.upgrader) {
+          throw new Error(
+            'this agent was not installed from an artifact (no ANVIL_INSTALL_DIR): it cannot upgrade itself',
+          );
+        }
+        if (command.version === agentVersion) {
+          return { version: agentVersion, previous: agentVersion, installDir: null };
+        }
+        logger.info({ from: agentVersion, to: command.version }, 'agent upgrade: downloading');
+        const result = await options.upgrader.stage(command);
+        logger.info({ ...result }, 'agent upgrade staged: restarting into the new version');
+        // After the reply (sent when this resolves) has left: exit, and systemd starts the new version.
+        setImmediate(() => options.onUpgraded?.(result));
+        return result;
       }
       case 'remove_volume': {
         // The id matched the protocol's WorkloadId pattern (no slashes, no leading dot), so this stays under volumeRoot.

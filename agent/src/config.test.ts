@@ -33,7 +33,17 @@ describe('agent configuration', () => {
       directPortsAddress: null,
       directPortsRange: null,
       hostImages: [],
+      installDir: null,
     });
+  });
+
+  it('reads the install directory install.sh writes, absolute only', async () => {
+    expect(
+      (await config(['--control-plane', 'https://cp', '--install-dir', '/opt/anvil-agent/'])).installDir,
+    ).toBe('/opt/anvil-agent');
+    await expect(config(['--control-plane', 'https://cp', '--install-dir', 'opt'])).rejects.toThrow(
+      'install dir "opt": expected an absolute path',
+    );
   });
 
   it.each([

@@ -54,6 +54,11 @@ export interface AgentConfig {
    * with its account's credentials before each create. See image-policy.ts and the README.
    */
   hostImages: string[];
+  /**
+   * Where install.sh unpacked the agent's artifact (versions/<v>, `current` link), ANVIL_INSTALL_DIR:
+   * the agent upgrades itself there when the control plane asks. Null (run from a checkout): it cannot.
+   */
+  installDir: string | null;
 }
 
 /** The range direct ports are taken from when ANVIL_DIRECT_PORTS_RANGE is not set. */
@@ -83,6 +88,7 @@ const ConfigFile = Type.Object(
     directPortsAddress: Type.Optional(Type.String()),
     directPortsRange: Type.Optional(Type.String()),
     hostImages: Type.Optional(Type.String()),
+    installDir: Type.Optional(Type.String()),
   },
   // A misspelt key would otherwise be ignored in silence.
   { additionalProperties: false },
@@ -101,6 +107,7 @@ const FLAGS: Record<Keys, string> = {
   directPortsAddress: 'direct-ports-address',
   directPortsRange: 'direct-ports-range',
   hostImages: 'host-images',
+  installDir: 'install-dir',
 };
 const ENV: Record<Keys, string> = {
   controlPlane: 'ANVIL_CONTROL_PLANE',
@@ -114,6 +121,7 @@ const ENV: Record<Keys, string> = {
   directPortsAddress: 'ANVIL_DIRECT_PORTS_ADDRESS',
   directPortsRange: 'ANVIL_DIRECT_PORTS_RANGE',
   hostImages: 'ANVIL_HOST_IMAGES',
+  installDir: 'ANVIL_INSTALL_DIR',
 };
 
 export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-token <token>] [--state-dir <dir>]
@@ -122,6 +130,7 @@ export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-toke
                        [--allow-insecure-control-plane true]   (needed for ws:// or http:// off loopback)
                        [--direct-ports-address <ip>] [--direct-ports-range 30000-32767]
                        [--log-level info] [--host-images 'ref,prefix/*'] [--config <file.json>]
+                       [--install-dir /opt/anvil-agent]   (set by install.sh: self-upgrades go there)
        npm run agent -- --probe [--nvml-library <path>] [--simulate-gpus 2xH100]
                        (print the GPU inventory and one metrics/health sample as JSON, then exit)
 Each flag also reads from an ANVIL_* environment variable or the JSON config file (see agent/README.md).`;
@@ -305,6 +314,14 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
         .split(',')
         .map((entry) => entry.trim())
         .filter((entry) => entry !== ''),
+      installDir: installDirOf(pick('installDir')),
     },
   };
+}
+
+function installDirOf(dir: string | undefined): string | null {
+  if (dir === undefined) return null;
+  if (!dir.startsWith('/'))
+    throw new ConfigError(`install dir ${JSON.stringify(dir)}: expected an absolute path`);
+  return dir.replace(/\/+$/, '') || '/';
 }

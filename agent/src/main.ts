@@ -1,7 +1,8 @@
 /**
  * The agent daemon: `npm run agent -- --control-plane <url> --join-token <token>`.
  * Configuration and its precedence are described in config.ts and agent/README.md.
- * Exit codes: 0 stopped by a signal, 1 refused by the control plane (bad or used-up join token,
+ * Exit codes: 0 stopped by a signal or to run a new version after an upgrade (systemd's Restart=always
+ * starts it again), 1 refused by the control plane (bad or used-up join token,
  * revoked credential, incompatible protocol), 2 bad configuration.
  */
 import Dockerode from 'dockerode';
@@ -14,6 +15,7 @@ import { probeGpus } from './gpu/probe.ts';
 import { createGpuProvider } from './gpu/provider.ts';
 import { systemHost } from './host/provider.ts';
 import { createLogger } from './logger.ts';
+import { createSelfUpgrader, currentTarget } from './upgrade/self-upgrade.ts';
 import { AGENT_VERSION } from './version.ts';
 
 /** The one human line on stderr for an operator; the structured log has the details. */
@@ -42,6 +44,8 @@ async function main(): Promise<number> {
       controlPlane: config.controlPlane,
       stateDir: config.stateDir,
       dockerHost: process.env['DOCKER_HOST'] ?? null,
+      installDir: config.installDir,
+      current: config.installDir ? await currentTarget(config.installDir) : null,
     },
     'anvil agent starting',
   );
@@ -61,6 +65,7 @@ async function main(): Promise<number> {
     ...(config.nvmlLibrary ? { nvmlLibrary: config.nvmlLibrary } : {}),
     logger,
   });
+  const abort = new AbortController();
   const agent = createAgent({
     controlPlaneUrl: config.controlPlane,
     allowInsecureControlPlane: config.allowInsecureControlPlane,
@@ -74,9 +79,19 @@ async function main(): Promise<number> {
     host: systemHost,
     logger,
     directPorts: directPortsOf(config),
+    upgrader: config.installDir
+      ? createSelfUpgrader({
+          installDir: config.installDir,
+          controlPlaneUrl: config.controlPlane,
+          currentVersion: AGENT_VERSION,
+        })
+      : null,
+    onUpgraded: (result) => {
+      logger.info({ ...result }, 'stopping to run the new version; containers keep running');
+      abort.abort();
+    },
   });
 
-  const abort = new AbortController();
   abort.signal.addEventListener('abort', () => gpu.close?.(), { once: true });
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {

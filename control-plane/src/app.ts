@@ -4,11 +4,13 @@ import type { Logger } from 'pino';
 import { accountRoutes } from './api/accounts/index.ts';
 import { sshKeyRoutes } from './api/accounts/ssh-keys.ts';
 import { adminAccountRoutes } from './api/admin/accounts.routes.ts';
+import { adminAgentVersionRoutes } from './api/admin/agent-versions.routes.ts';
 import { adminClusterRoutes } from './api/admin/clusters.routes.ts';
 import { gpuPriceRoutes } from './api/admin/gpu-prices.routes.ts';
 import { adminHostHistoryRoutes } from './api/admin/host-history.routes.ts';
 import { adminHostRoutes } from './api/admin/hosts.routes.ts';
 import { installHttpMetrics, metricsRoutes } from './api/admin/metrics.routes.ts';
+import { agentArtifactRoutes } from './api/agent-downloads/artifacts.routes.ts';
 import { agentDownloadRoutes } from './api/agent-downloads/routes.ts';
 import { analyticsRoutes } from './api/analytics/routes.ts';
 import { apiKeyRoutes } from './api/auth/api-keys.routes.ts';
@@ -115,6 +117,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(analyticsRoutes, { context });
   await app.register(adminHostRoutes, { context });
   await app.register(adminHostHistoryRoutes, { context });
+  await app.register(adminAgentVersionRoutes, { context });
   await app.register(adminClusterRoutes, { context });
   await app.register(adminAccountRoutes, { context });
   await app.register(metricsRoutes, { context });
@@ -136,6 +139,7 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(tuningRoutes, { context });
   await app.register(experimentRoutes, { context });
   await app.register(agentDownloadRoutes, { context });
+  await app.register(agentArtifactRoutes, { context });
 
   return app;
 }

@@ -89,7 +89,20 @@ export interface Config {
    * comma-separated): only a connection from one of them has its X-Forwarded-For read. Empty: never read.
    */
   trustedProxies: string[];
+  /** Where agent artifacts are kept and served from (ANVIL_AGENT_ARTIFACTS_DIR, default <dataDir>/agent-artifacts). */
+  agentArtifactsDir: string;
+  /** Node.js runtimes for other architectures: <dir>/<arch>/node (ANVIL_AGENT_RUNTIMES_DIR); null: none. */
+  agentRuntimesDir: string | null;
+  /**
+   * The fleet's agent version until an operator sets one with PUT /v2/admin/agent-version
+   * (ANVIL_AGENT_VERSION): a version, `manual` (no fleet-wide upgrade), or null: the version this
+   * control plane ships.
+   */
+  agentVersion: string | null;
 }
+
+/** What an agent version may look like (semver-like; it names directories and URL segments). */
+export const AGENT_VERSION_PATTERN = /^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$/;
 
 /** The dataset storage every account may hold unless ANVIL_DATASET_QUOTA_BYTES says otherwise: 100 GiB. */
 export const DEFAULT_DATASET_QUOTA_BYTES = 107_374_182_400;
@@ -338,7 +351,20 @@ export function loadConfig(env: Env = process.env): Config {
         ? null
         : integer(env, 'ANVIL_DATASET_QUOTA_BYTES', DEFAULT_DATASET_QUOTA_BYTES, 0, Number.MAX_SAFE_INTEGER),
     trustedProxies,
+    agentArtifactsDir: env['ANVIL_AGENT_ARTIFACTS_DIR']
+      ? resolve(env['ANVIL_AGENT_ARTIFACTS_DIR'])
+      : resolve(dataDir, 'agent-artifacts'),
+    agentRuntimesDir: env['ANVIL_AGENT_RUNTIMES_DIR'] ? resolve(env['ANVIL_AGENT_RUNTIMES_DIR']) : null,
+    agentVersion: agentVersionOf(env['ANVIL_AGENT_VERSION']),
   };
+}
+
+function agentVersionOf(raw: string | undefined): string | null {
+  if (raw === undefined || raw.trim() === '') return null;
+  if (raw !== 'manual' && !AGENT_VERSION_PATTERN.test(raw)) {
+    throw new ConfigError('ANVIL_AGENT_VERSION', `must be an agent version or "manual", got "${raw}"`);
+  }
+  return raw;
 }
 
 /** ANVIL_SSH_HOST, else the host of ANVIL_PUBLIC_URL (what users already reach this server by). */

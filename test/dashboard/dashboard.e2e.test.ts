@@ -165,6 +165,10 @@ describe.skipIf(!canRun)('operators dashboard', () => {
     const token = tokens.find((t) => t.description === description);
     expect(token).toBeDefined();
     expect(await install.textContent()).toContain(token!.prefix);
+    // The one-line install, as the join-token answer prints it (issue 20).
+    expect(await install.textContent()).toMatch(
+      /^curl -fsSL http:\/\/127\.0\.0\.1:\d+\/install\.sh \| sudo sh -s -- --join-token anvjt_[\w-]+$/,
+    );
     const row = page.locator(`[data-token="${token!.id}"]`);
     await row.waitFor();
     expect(await row.textContent()).toContain(description);

@@ -104,7 +104,7 @@ export class FleetControlPlane {
 
   /** One API call over real HTTP; the key defaults to the bootstrap owner's. */
   async call<T = Record<string, unknown>>(
-    method: 'GET' | 'POST' | 'DELETE',
+    method: 'GET' | 'POST' | 'PUT' | 'DELETE',
     path: string,
     options: { body?: unknown; key?: string; headers?: Record<string, string> } = {},
   ): Promise<ApiAnswer<T>> {

@@ -56,6 +56,8 @@ export interface ConnectionContext {
   logger(): GatewayLogger;
   /** The connection was welcomed as `hostId`: it becomes the host's connection, replacing any other. */
   welcomed(connection: AgentConnection): Promise<void>;
+  /** Welcome was sent: the agent takes commands from now on (an upgrade, when its version differs). */
+  greeted(connection: AgentConnection): void;
   /** The welcomed connection closed. */
   disconnected(connection: AgentConnection): Promise<void>;
   heartbeat(hostId: string, atMs: number): void;
@@ -597,6 +599,7 @@ export class AgentConnection {
       ),
     );
     this.ctx.metrics.agentConnections.inc({ outcome: 'welcomed' });
+    this.ctx.greeted(this);
     const gpus = message.inventory.gpus;
     this.#log().info(
       this.#details({

@@ -142,6 +142,9 @@ export class AgentGateway {
       clock: options.clock,
       logger: () => this.#logger,
       welcomed: (connection) => this.#welcomed(connection),
+      greeted: (connection) => {
+        void options.events.agentGreeted(connection.hostId!, connection.agentVersion);
+      },
       disconnected: (connection) => this.#disconnected(connection),
       heartbeat: (hostId, atMs) => {
         this.#heartbeats.set(hostId, atMs);

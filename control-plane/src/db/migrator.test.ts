@@ -52,6 +52,11 @@ describe('migrator', () => {
     const at = new Date('2026-01-02T03:04:05.678Z');
     // One fixture per model: adding a model without a fixture fails the completeness check below.
     const fixtures: Record<string, () => Promise<[unknown, unknown]>> = {
+      AgentVersionSetting: async () => {
+        const data = { id: 'fleet', desiredVersion: '0.2.0', updatedAt: at, updatedById: userId };
+        await prisma.agentVersionSetting.create({ data });
+        return [data, await prisma.agentVersionSetting.findUniqueOrThrow({ where: { id: 'fleet' } })];
+      },
       Account: async () => {
         const data = { id: accountId, name: 'Acme', tier: 'pro', createdAt: at };
         await prisma.account.create({ data });
@@ -179,6 +184,7 @@ describe('migrator', () => {
           region: 'eu-west',
           credentialHash: 'c'.repeat(64),
           agentVersion: '0.1.0',
+          agentVersionPin: '0.2.0',
           protocolVersion: 1,
           inventory: { gpus: { simulated: true, devices: [{ index: 0, name: 'H100' }] } },
           simulated: true,

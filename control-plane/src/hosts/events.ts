@@ -5,10 +5,22 @@
  * agent that misses a push gets the whole desired set again when it reconnects.
  */
 export type FleetListener = (hostId: string) => Promise<void>;
+/** An agent was welcomed (and may now be sent commands), reporting `agentVersion`. */
+export type GreetedListener = (hostId: string, agentVersion: string | null) => Promise<void>;
 
 export class FleetEvents {
   readonly #desired = new Set<FleetListener>();
   readonly #deleted = new Set<FleetListener>();
+  readonly #greeted = new Set<GreetedListener>();
+
+  onAgentGreeted(listener: GreetedListener): () => void {
+    this.#greeted.add(listener);
+    return () => this.#greeted.delete(listener);
+  }
+
+  async agentGreeted(hostId: string, agentVersion: string | null): Promise<void> {
+    await Promise.allSettled([...this.#greeted].map((listener) => listener(hostId, agentVersion)));
+  }
 
   onDesiredChanged(listener: FleetListener): () => void {
     this.#desired.add(listener);

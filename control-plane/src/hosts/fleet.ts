@@ -1,3 +1,5 @@
+import { checkoutAgentVersion } from '../agent-artifacts/build.ts';
+import { AgentArtifactStore } from '../agent-artifacts/store.ts';
 import type { GatewayLogger } from '../agents/connection.ts';
 import { AgentGateway, type AgentGatewayOptions } from '../agents/gateway.ts';
 import type { Clock } from '../auth/clock.ts';
@@ -8,6 +10,7 @@ import { MetricSeriesReader } from '../telemetry/series.ts';
 import { type TelemetryOptions, TelemetryService } from '../telemetry/telemetry.ts';
 import { type TunnelMeter, TunnelService } from '../tunnels/service.ts';
 import { WorkloadService } from '../workloads/workloads.ts';
+import { AgentVersionPolicy } from './agent-versions.ts';
 import { HostEventLog } from './event-log.ts';
 import { FleetEvents } from './events.ts';
 import { HostService } from './hosts.ts';
@@ -29,6 +32,10 @@ export interface Fleet {
   tunnels: TunnelService;
   /** The Prometheus registry behind /metrics. */
   metrics: ControlPlaneMetrics;
+  /** Agent artifacts served to install.sh and to upgrading agents. */
+  artifacts: AgentArtifactStore;
+  /** Which agent version each host runs, pins, and upgrades. */
+  agentVersions: AgentVersionPolicy;
   useLogger(logger: GatewayLogger): void;
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -58,6 +65,9 @@ export function createFleet(
     | 'hostCredentialRenewSeconds'
     | 'hostCredentialGraceSeconds'
     | 'replicaUrl'
+    | 'agentArtifactsDir'
+    | 'agentRuntimesDir'
+    | 'agentVersion'
   >,
   db: Database,
   clock: Clock,
@@ -87,6 +97,25 @@ export function createFleet(
     ...(options.tunnelMeter ? { meter: options.tunnelMeter } : {}),
   });
   agents.useTunnelEndpoint(tunnels);
+  let logger: GatewayLogger = { debug() {}, info() {}, warn() {}, error() {} };
+  const artifacts = new AgentArtifactStore({
+    dir: config.agentArtifactsDir,
+    bundledVersion: checkoutAgentVersion(),
+    runtimesDir: config.agentRuntimesDir,
+    log: (details, message) => logger.info(details, message),
+  });
+  const agentVersions = new AgentVersionPolicy(
+    db,
+    clock,
+    artifacts,
+    config.agentVersion,
+    agents,
+    () => logger,
+  );
+  // An agent that says hello with another version than its host should run is upgraded right away.
+  events.onAgentGreeted(async (hostId) => {
+    await agentVersions.reconcile(hostId);
+  });
   metrics.useSources({ db, clock, connectedAgents: () => agents.connectedCount });
   return {
     events,
@@ -99,10 +128,13 @@ export function createFleet(
     agents,
     tunnels,
     metrics,
-    useLogger(logger) {
-      agents.useLogger(logger);
-      tunnels.useLogger(logger);
-      telemetry.useErrorHandler((error, what) => logger.error({ err: error }, `${what} failed`));
+    artifacts,
+    agentVersions,
+    useLogger(next) {
+      logger = next;
+      agents.useLogger(next);
+      tunnels.useLogger(next);
+      telemetry.useErrorHandler((error, what) => next.error({ err: error }, `${what} failed`));
     },
     async start() {
       telemetry.start();

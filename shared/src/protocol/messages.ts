@@ -255,6 +255,19 @@ export const CommandBody = Type.Union([
     workloadId: WorkloadId,
     repository: Type.String({ pattern: '^[a-z0-9]+([._/-][a-z0-9]+)*$', maxLength: 200 }),
   }),
+  /**
+   * Run another agent version: download the artifact at `path` (under AGENT_ARTIFACTS_PATH on the
+   * control plane), check its SHA-256, unpack it beside the running one, switch the install's `current`
+   * link and, once the reply is sent, exit so systemd starts the new version. Containers keep running.
+   * Answers {version, previous, installDir}; an error when the agent was not installed from an artifact.
+   */
+  Type.Object({
+    name: Type.Literal('upgrade_agent'),
+    version: Type.String({ pattern: '^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$' }),
+    path: Type.String({ pattern: '^/agent/artifacts/[^?#]+$', maxLength: 300 }),
+    sha256: Type.String({ pattern: '^[0-9a-f]{64}$' }),
+    sizeBytes: Type.Integer({ minimum: 1 }),
+  }),
 ]);
 export type CommandBody = Static<typeof CommandBody>;
 

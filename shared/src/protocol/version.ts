@@ -35,5 +35,8 @@ export const AGENT_TUNNEL_PATH = '/agent/v1/tunnel';
 /** Where agents fetch a workload's downloads (WorkloadDownload), over plain HTTP(S) with the host credential. */
 export const AGENT_DOWNLOAD_PATH = '/agent/v1/downloads';
 
+/** Where the control plane serves agent artifacts (public: they hold no secret), with manifest.json. */
+export const AGENT_ARTIFACTS_PATH = '/agent/artifacts';
+
 /** Largest frame either side accepts; log and metric batches are sized to stay well under it. */
 export const MAX_FRAME_BYTES = 4 * 1024 * 1024;

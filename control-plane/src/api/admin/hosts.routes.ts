@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
+import { controlPlaneUrlOf, installCommand } from '../agent-downloads/artifacts.routes.ts';
 import { requireOperator } from './operator.ts';
 import {
   CreatedJoinToken,
@@ -58,11 +59,10 @@ export const adminHostRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }>
         { userId: principal.userId, keyId: principal.keyId },
         request.body,
       );
-      const base = `${request.protocol}://${request.host}`;
       return reply.code(201).send({
         token,
         value,
-        installCommand: `sudo installer/install.sh --control-plane ${base} --join-token ${value}`,
+        installCommand: installCommand(controlPlaneUrlOf(request, context.config.publicUrl), value),
         message: 'Store this token now: it will not be shown again.',
       });
     },
