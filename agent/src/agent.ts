@@ -26,6 +26,7 @@ import type { DirectPorts } from './docker/labels.ts';
 import type { ContainerRuntime } from './docker/runtime.ts';
 import { detectStorageQuota, type StorageQuota } from './docker/storage-quota.ts';
 import { errorMessage } from './errors.ts';
+import { VolumeFiles } from './files/volume-files.ts';
 import type { GpuProvider } from './gpu/provider.ts';
 import type { HostProvider } from './host/provider.ts';
 import { LogBuffer } from './logs/buffer.ts';
@@ -123,8 +124,10 @@ export function createAgent(options: AgentOptions): Agent {
   const firewall = options.firewall ?? createIptablesFirewall();
   /** Probed once at start (run), before any container is created. */
   let storageQuota: StorageQuota = { enforced: false, reason: 'not probed yet' };
+  const files = new VolumeFiles(options.volumeRoot);
   const tunnels = new TunnelManager({
     docker: options.docker ?? null,
+    files,
     controlPlaneUrl: options.controlPlaneUrl,
     logger: options.logger.child({ component: 'tunnels' }),
   });
@@ -320,6 +323,16 @@ export function createAgent(options: AgentOptions): Agent {
       case 'list_snapshots': {
         if (!options.runtime.listSnapshots) throw new Error('this container runtime cannot list images');
         return { images: await options.runtime.listSnapshots(command) };
+      }
+      case 'stat_file':
+        return files.stat(command.workloadId, command.path, command.hash);
+      case 'delete_file': {
+        const outcome = await files.remove(command.workloadId, command.path);
+        logger.info(
+          { workloadId: command.workloadId, path: command.path, ...outcome },
+          'volume file deleted',
+        );
+        return outcome;
       }
       case 'remove_volume': {
         // The id matched the protocol's WorkloadId pattern (no slashes, no leading dot), so this stays under volumeRoot.
