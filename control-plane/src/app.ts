@@ -25,9 +25,11 @@ import { proxyRoutes } from './api/proxy/routes.ts';
 import { secretRoutes } from './api/secrets/routes.ts';
 import { templateRoutes } from './api/templates/routes.ts';
 import { terminalRoutes } from './api/terminal/routes.ts';
+import { trainingArtifactRoutes } from './api/training-jobs/artifacts.routes.ts';
 import { trainingJobRoutes } from './api/training-jobs/routes.ts';
 import { tuningRoutes } from './api/training-jobs/tune.routes.ts';
 import { usageRoutes } from './api/usage/routes.ts';
+import { workloadLogRoutes } from './api/workload-logs/routes.ts';
 import type { AppContext } from './context.ts';
 import { dashboardRoutes } from './dashboard/routes.ts';
 import { installActivityTracking } from './http/activity.ts';
@@ -132,6 +134,8 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(executionRoutes, { context });
   await app.register(trainingJobRoutes, { context });
   await app.register(tuningRoutes, { context });
+  await app.register(trainingArtifactRoutes, { context });
+  await app.register(workloadLogRoutes, { context });
   await app.register(experimentRoutes, { context });
   await app.register(agentDownloadRoutes, { context });
 
