@@ -172,7 +172,12 @@ export class TunnelManager {
       source?.destroy();
       finish(error);
     });
-    // Nothing comes from the control plane on a file tunnel; reading keeps its FIN from stalling the socket.
+    tunnel.once('close', () => {
+      source?.destroy();
+      finish(tunnel.writableFinished ? null : new Error('the control plane closed the tunnel early'));
+    });
+    // Nothing comes from the control plane on a file tunnel but its FIN once it has every byte (or gave up).
+    tunnel.once('end', () => tunnel.destroy());
     tunnel.resume();
     if (!source) {
       tunnel.end(() => finish(null));
