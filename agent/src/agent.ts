@@ -26,6 +26,7 @@ import type { DirectPorts } from './docker/labels.ts';
 import type { ContainerRuntime } from './docker/runtime.ts';
 import { detectStorageQuota, type StorageQuota } from './docker/storage-quota.ts';
 import { errorMessage } from './errors.ts';
+import { VolumeFiles } from './files/volume-files.ts';
 import type { GpuProvider } from './gpu/provider.ts';
 import type { HostProvider } from './host/provider.ts';
 import { LogBuffer } from './logs/buffer.ts';
@@ -134,8 +135,10 @@ export function createAgent(options: AgentOptions): Agent {
   const firewall = options.firewall ?? createIptablesFirewall();
   /** Probed once at start (run), before any container is created. */
   let storageQuota: StorageQuota = { enforced: false, reason: 'not probed yet' };
+  const files = new VolumeFiles(options.volumeRoot);
   const tunnels = new TunnelManager({
     docker: options.docker ?? null,
+    files,
     controlPlaneUrl: options.controlPlaneUrl,
     allowInsecure: options.allowInsecureControlPlane ?? false,
     logger: options.logger.child({ component: 'tunnels' }),
@@ -384,6 +387,16 @@ export function createAgent(options: AgentOptions): Agent {
         // After the reply (sent when this resolves) has left: exit, and systemd starts the new version.
         setImmediate(() => options.onUpgraded?.(result));
         return result;
+      }
+      case 'stat_file':
+        return files.stat(command.workloadId, command.path, command.hash);
+      case 'delete_file': {
+        const outcome = await files.remove(command.workloadId, command.path);
+        logger.info(
+          { workloadId: command.workloadId, path: command.path, ...outcome },
+          'volume file deleted',
+        );
+        return outcome;
       }
       case 'remove_volume': {
         // The id matched the protocol's WorkloadId pattern (no slashes, no leading dot), so this stays under volumeRoot.

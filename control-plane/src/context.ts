@@ -20,6 +20,11 @@ import { createSecrets, type SecretService } from './secrets/index.ts';
 import { SshService, sshViewPart } from './ssh/index.ts';
 import { TemplateService } from './templates/templates.ts';
 import { TerminalService } from './terminal/service.ts';
+import {
+  agentHostFiles,
+  createTrainingArtifacts,
+  type TrainingArtifacts,
+} from './training/artifacts/index.ts';
 import { createTraining, type Training } from './training/index.ts';
 import { ApiUsageService } from './usage/api-usage.ts';
 import { RequestLog } from './usage/request-log.ts';
@@ -71,6 +76,8 @@ export interface AppContext {
   endpoints: Endpoints;
   /** Training jobs (gang-placed trainer containers, their reports, stop/resume) and hyperparameter tuning. */
   training: Training;
+  /** Training artifacts and checkpoints: listed, measured and streamed from their hosts, deleted. */
+  trainingArtifacts: TrainingArtifacts;
   /** Experiments and their runs (training jobs linked in), statistics, comparison and export. */
   experiments: ExperimentService;
   /** False once shutdown has begun: /readyz then answers 503 so load balancers drain this process. */
@@ -204,6 +211,13 @@ export function createContext(
     allowPrivateWebhooks: config.outboundAllowPrivate,
   });
   const training = createTraining({ db, clock, fleet, accounts, datasetStorage: datasets.storage });
+  const trainingArtifacts = createTrainingArtifacts({
+    db,
+    clock,
+    training: training.service,
+    files: agentHostFiles({ agents: fleet.agents, tunnels: fleet.tunnels }),
+    onError: (error) => logger.error({ err: error }, 'measuring training artifacts failed'),
+  });
   const context: AppContext = {
     config,
     db,
@@ -236,6 +250,7 @@ export function createContext(
     datasets,
     endpoints,
     training,
+    trainingArtifacts,
     experiments: createExperiments({
       db,
       clock,
@@ -263,6 +278,7 @@ export function createContext(
       await endpoints.start();
       training.useLogger(logger.child({ component: 'training' }));
       training.start();
+      trainingArtifacts.start();
       context.ready = true;
     },
     async stop() {
@@ -272,6 +288,7 @@ export function createContext(
       await datasets.stop();
       await endpoints.stop();
       await training.stop();
+      await trainingArtifacts.stop();
       context.terminal.closeAll();
       await context.ssh.close();
       await clusters.stop();

@@ -122,6 +122,10 @@ export const ERROR_STATUS = {
   TRAINING_JOB_NOT_FOUND: 404,
   /** Not in the spec: a checkpoint id that is not one of the job's. */
   CHECKPOINT_NOT_FOUND: 404,
+  /** Not in the spec: an artifact id that is not one of the job's, or whose file is gone from its host. */
+  ARTIFACT_NOT_FOUND: 404,
+  /** Not in the spec: a worker id that is not one of the endpoint's. */
+  ENDPOINT_WORKER_NOT_FOUND: 404,
   /** Not in the spec: an unknown tuning job id, or one of another account. */
   TUNING_JOB_NOT_FOUND: 404,
   INVALID_SEARCH_SPACE: 400,

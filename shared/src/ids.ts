@@ -54,6 +54,7 @@ export type IdPrefix =
   | 'dsup'
   | 'job'
   | 'ckpt'
+  | 'art'
   | 'tune'
   | 'exp'
   | 'run'

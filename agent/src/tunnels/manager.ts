@@ -6,6 +6,7 @@ import type { WebSocket } from 'ws';
 import type { HostCredential } from '../connection/credential-store.ts';
 import { insecureControlPlaneRefusal } from '../connection/url.ts';
 import { errorMessage } from '../errors.ts';
+import type { VolumeFiles } from '../files/volume-files.ts';
 import { createExec, joinExec, startExec } from './exec.ts';
 import { pipeSockets, reset } from './pipe.ts';
 import { dialTunnel } from './socket.ts';
@@ -23,6 +24,8 @@ export interface TunnelManagerOptions {
   /** Whether plain ws:// off loopback is allowed (--allow-insecure-control-plane), for a command's dialUrl too. */
   allowInsecure?: boolean;
   logger: Logger;
+  /** Files of workloads' volumes, for file targets; without it they are refused. */
+  files?: VolumeFiles;
   /** Connecting the container's port and dialling the tunnel socket, each. */
   connectTimeoutMs?: number;
 }
@@ -47,6 +50,7 @@ export class TunnelManager {
   /** Resolves once the tunnel socket is open (the command's reply); rejects with a readable reason. */
   async open(command: OpenTunnelCommand, credential: HostCredential): Promise<{ tunnelId: string }> {
     if (this.#stopped) throw new Error('the agent is stopping');
+    if (command.target.kind === 'file') return this.#openFile(command, command.target, credential);
     const docker = this.o.docker;
     if (!docker) throw new Error('this agent has no Docker client for tunnels');
     const timeoutMs = this.o.connectTimeoutMs ?? 10_000;
@@ -113,6 +117,84 @@ export class TunnelManager {
         command: target.command[0],
         tty: target.tty,
       });
+    }
+    return { tunnelId: command.tunnelId };
+  }
+
+  /**
+   * A file target: the file is opened (inside the workload's volume, or refused) and its digest checked
+   * before the tunnel is dialled, so a refusal is the command's error; then its bytes go out and the
+   * socket ends. The container need not run: artifacts outlive it.
+   */
+  async #openFile(
+    command: OpenTunnelCommand,
+    target: Extract<OpenTunnelCommand['target'], { kind: 'file' }>,
+    credential: HostCredential,
+  ): Promise<{ tunnelId: string }> {
+    if (!this.o.files) throw new Error('this agent serves no volume files');
+    const logger = this.o.logger.child({ tunnelId: command.tunnelId, workloadId: command.workloadId });
+    const file = await this.o.files.open(command.workloadId, target.path, target.sha256 !== null);
+    let tunnel: Socket;
+    try {
+      if (target.sha256 !== null && file.sha256 !== target.sha256) {
+        throw new Error(
+          `${target.path} changed since it was looked at (its SHA-256 is no longer the one asked for)`,
+        );
+      }
+      if (target.offset > file.sizeBytes)
+        throw new Error(`offset ${target.offset} is past the end of ${target.path}`);
+      tunnel = await dialUpgrade({
+        url: tunnelUrl(this.o.controlPlaneUrl),
+        hostId: credential.hostId,
+        credential: credential.credential,
+        tunnelId: command.tunnelId,
+        token: command.token,
+        timeoutMs: this.o.connectTimeoutMs ?? 10_000,
+      });
+    } catch (error) {
+      await file.close();
+      throw error;
+    }
+    const length = target.length === null ? null : Math.min(target.length, file.sizeBytes - target.offset);
+    const source = length === 0 ? null : file.stream(target.offset, length);
+    const close = () => {
+      source?.destroy();
+      reset(tunnel);
+    };
+    this.#open.add(close);
+    logger.debug({ path: target.path, offset: target.offset, length }, 'file tunnel open');
+    let finished = false;
+    const finish = (error: Error | null) => {
+      if (finished) return;
+      finished = true;
+      this.#open.delete(close);
+      void file.close().catch(() => {});
+      if (error) {
+        logger.warn({ path: target.path, err: error.message }, 'file tunnel failed');
+        // A reset, never a clean end: the control plane must not take a cut file for a whole one.
+        reset(tunnel);
+      } else {
+        logger.debug({ path: target.path, bytes: tunnel.bytesWritten }, 'file tunnel closed');
+      }
+    };
+    tunnel.on('error', (error) => {
+      source?.destroy();
+      finish(error);
+    });
+    tunnel.once('close', () => {
+      source?.destroy();
+      finish(tunnel.writableFinished ? null : new Error('the control plane closed the tunnel early'));
+    });
+    // Nothing comes from the control plane on a file tunnel but its FIN once it has every byte (or gave up).
+    tunnel.once('end', () => tunnel.destroy());
+    tunnel.resume();
+    if (!source) {
+      tunnel.end(() => finish(null));
+    } else {
+      source.once('error', (error) => finish(error));
+      source.once('end', () => tunnel.end());
+      tunnel.once('finish', () => finish(null));
+      source.pipe(tunnel, { end: false });
     }
     return { tunnelId: command.tunnelId };
   }

@@ -1,5 +1,4 @@
 import { ApiError } from '@anvil/shared';
-import type { Cluster } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { TelemetryRetention } from '../telemetry/telemetry.ts';
 import { LEVEL_SQL, LOG_SOURCE, LOG_TYPE } from './levels.ts';
@@ -20,6 +19,14 @@ import {
   sourceCondition,
 } from './log-query.ts';
 import { listParam, ParamErrors } from './params.ts';
+
+/**
+ * Whose lines are read: the workload whose id this is (a cluster's container has the cluster's id; a
+ * training worker or an endpoint worker has its own workload id).
+ */
+export interface LogSubject {
+  id: string;
+}
 
 export const MAX_LOG_LIMIT = 1_000;
 export const DEFAULT_LOG_LIMIT = 100;
@@ -195,7 +202,7 @@ export class ClusterLogService {
   }
 
   /** GET /logs. With tail (the default) the page counts back from the newest line; lines come oldest first. */
-  async list(cluster: Cluster, query: ListQuery) {
+  async list(cluster: LogSubject, query: ListQuery) {
     const errors = new ParamErrors();
     const start = errors.time('start_time', query.start_time);
     const end = errors.time('end_time', query.end_time);
@@ -257,7 +264,7 @@ export class ClusterLogService {
   }
 
   /** POST /logs/search: the boolean query language, a time range, sort by timestamp. */
-  async search(cluster: Cluster, body: SearchBody) {
+  async search(cluster: LogSubject, body: SearchBody) {
     const errors = new ParamErrors();
     let parsed: ReturnType<typeof parseLogQuery> | undefined;
     try {
@@ -300,7 +307,7 @@ export class ClusterLogService {
 
   /** Lines after `afterSeq` (oldest first), for the stream. */
   after(
-    cluster: Cluster,
+    cluster: LogSubject,
     afterSeq: number,
     limit: number,
     filter: LogFilter = {},
@@ -309,14 +316,14 @@ export class ClusterLogService {
   }
 
   /** The newest `count` lines, oldest first, for the start of a stream without Last-Event-ID. */
-  async last(cluster: Cluster, count: number, filter: LogFilter = {}): Promise<ClusterLogEntry[]> {
+  async last(cluster: LogSubject, count: number, filter: LogFilter = {}): Promise<ClusterLogEntry[]> {
     if (count <= 0) return [];
     const entries = await this.#read(cluster.id, filter, { order: 'seq_desc', limit: count });
     return entries.reverse();
   }
 
   /** The highest sequence number of the cluster's lines (0 when none): where a follow-only stream starts. */
-  async newestSeq(cluster: Cluster): Promise<number> {
+  async newestSeq(cluster: LogSubject): Promise<number> {
     const rows = await this.deps.db.sql.query<{ seq: string | number | null }>(
       'SELECT max(seq) AS seq FROM log_entries WHERE workload_id = $1',
       [cluster.id],
@@ -325,7 +332,7 @@ export class ClusterLogService {
   }
 
   /** Every line of a time range, oldest first, in pages of `pageSize` (keyset on seq): for downloads. */
-  async *export(cluster: Cluster, filter: LogFilter, pageSize = 1_000): AsyncGenerator<ClusterLogEntry[]> {
+  async *export(cluster: LogSubject, filter: LogFilter, pageSize = 1_000): AsyncGenerator<ClusterLogEntry[]> {
     let after = 0;
     for (;;) {
       const page = await this.after(cluster, after, pageSize, filter);

@@ -1,7 +1,6 @@
 import { once } from 'node:events';
 import { PassThrough, type Readable } from 'node:stream';
-import type { Cluster } from '../db/generated/client.ts';
-import type { ClusterLogEntry, ClusterLogService, LogFilter } from './logs.ts';
+import type { ClusterLogEntry, ClusterLogService, LogFilter, LogSubject } from './logs.ts';
 
 export interface LogStreamOptions {
   /** How often new lines are looked for while following. */
@@ -26,7 +25,7 @@ export function sseEvent(entry: ClusterLogEntry): string {
  */
 export function streamLogs(args: {
   logs: ClusterLogService;
-  cluster: Cluster;
+  cluster: LogSubject;
   follow: boolean;
   tail: number;
   afterSeq: number | undefined;

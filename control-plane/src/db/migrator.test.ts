@@ -998,6 +998,27 @@ describe('migrator', () => {
         await prisma.trainingCheckpoint.create({ data });
         return [data, await prisma.trainingCheckpoint.findUniqueOrThrow({ where: { id: data.id } })];
       },
+      TrainingArtifact: async () => {
+        const data = {
+          id: 'art_fixture',
+          jobId: 'job_fixture',
+          accountId,
+          type: 'checkpoint',
+          name: 'final/model.bin',
+          path: 'model.bin',
+          checkpointId: 'ckpt_fixture',
+          workloadId: 'job_fixture-r0',
+          hostId: 'host_x',
+          sizeBytes: 9_000_000_000n,
+          sha256: 'a'.repeat(64),
+          fileKind: 'file',
+          measuredAt: at,
+          createdAt: at,
+          deletedAt: at,
+        };
+        await prisma.trainingArtifact.create({ data });
+        return [data, await prisma.trainingArtifact.findUniqueOrThrow({ where: { id: data.id } })];
+      },
       TuningJob: async () => {
         const data = {
           id: 'tune_fixture',

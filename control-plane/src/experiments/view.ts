@@ -4,9 +4,14 @@ import { directionOf, type RunMetrics } from './metrics.ts';
 import { type RunState, runParameters, runStatus, trainingSeconds } from './runs.ts';
 
 export interface Artifact {
+  id: string;
   type: string;
   name: string;
   path: string;
+  sizeBytes: number | null;
+  sha256: string | null;
+  downloadUrl: string;
+  createdAt: string;
 }
 
 export interface RunView {
@@ -30,12 +35,9 @@ export interface RunView {
   completedAt: string | null;
 }
 
-/**
- * Artifacts of a run's job. The training side's summary does not expose a job's checkpoints yet, so there
- * are none to show; once it does, they map here to {type: checkpoint, name, path}.
- */
-function artifactsOf(_state: RunState): Artifact[] {
-  return [];
+/** Artifacts of a run's job: the files its trainer reported and its checkpoints (training/artifacts). */
+function artifactsOf(state: RunState): Artifact[] {
+  return state.job?.artifacts ?? [];
 }
 
 export function viewRun(state: RunState, now: Date, artifactsVisible: boolean): RunView {

@@ -1,3 +1,5 @@
+import { isVolumePath } from '@anvil/shared/protocol';
+
 /**
  * The trainer contract: what a training container gets, and how it tells the control plane what it does.
  * Written once here; the README and the OpenAPI descriptions quote TRAINER_CONTRACT.
@@ -53,6 +55,13 @@ export type TrainerReport =
       step: number | null;
       loss: number | null;
       sizeBytes: number | null;
+    }
+  | {
+      /** A file of the workspace (rank 0's volume) the trainer wants kept: artifacts/docs.ts states the rules. */
+      type: 'artifact';
+      /** Relative to CHECKPOINT_DIR. */
+      path: string;
+      name: string;
     };
 
 const finite = (value: unknown): number | null =>
@@ -78,6 +87,7 @@ export function parseReport(line: string): TrainerReport | null {
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return null;
   const report = parsed as Record<string, unknown>;
+  if (report['type'] === 'artifact') return artifactReport(report);
   if (report['type'] === 'checkpoint') {
     const path = report['path'];
     if (typeof path !== 'string' || !CHECKPOINT_PATH.test(path) || path.startsWith('/')) return null;
@@ -106,6 +116,17 @@ export function parseReport(line: string): TrainerReport | null {
     totalEpochs: integer(report['total_epochs']),
     values,
   };
+}
+
+/** An artifact report's path (relative to CHECKPOINT_DIR or absolute under it) and name, or null. */
+function artifactReport(report: Record<string, unknown>): TrainerReport | null {
+  let path = report['path'];
+  if (typeof path !== 'string') return null;
+  if (path.startsWith(`${CHECKPOINT_DIR}/`)) path = path.slice(CHECKPOINT_DIR.length + 1);
+  if (!isVolumePath(path as string)) return null;
+  const name = report['name'] ?? path;
+  if (typeof name !== 'string' || name.length === 0 || name.length > 200) return null;
+  return { type: 'artifact', path: path as string, name };
 }
 
 /** ANVIL_HP_<NAME> for a parameter name: upper snake case, anything outside [A-Z0-9_] as _. */

@@ -2,6 +2,7 @@ import { newId } from '@anvil/shared';
 import type { Clock } from '../auth/clock.ts';
 import type { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { recordArtifact } from './artifacts/records.ts';
 import { parseReport } from './contract.ts';
 import { workloadIdOf } from './launcher.ts';
 
@@ -77,20 +78,31 @@ export class ReportReader {
             ...(report.totalSteps !== null ? { totalSteps: report.totalSteps } : {}),
             lastReportAt: at.getTime(),
           };
-        } else {
+        } else if (report.type === 'checkpoint') {
+          const checkpointId = newId('ckpt');
+          const hostId = await hostOf(tx, workloadId);
           await tx.trainingCheckpoint.create({
             data: {
-              id: newId('ckpt'),
+              id: checkpointId,
               jobId,
               path: report.path,
               epoch: report.epoch,
               step: report.step,
               loss: report.loss,
               sizeBytes: report.sizeBytes === null ? null : BigInt(report.sizeBytes),
-              hostId: await hostOf(tx, workloadId),
+              hostId,
               workloadId,
               createdAt: at,
             },
+          });
+          await recordArtifact(tx, {
+            ...{ jobId, accountId: job.accountId, workloadId, hostId, at },
+            ...{ type: 'checkpoint', name: report.path, path: report.path, checkpointId },
+          });
+        } else {
+          await recordArtifact(tx, {
+            ...{ jobId, accountId: job.accountId, workloadId, hostId: await hostOf(tx, workloadId), at },
+            ...{ type: 'artifact', name: report.name, path: report.path, checkpointId: null },
           });
         }
       }

@@ -44,7 +44,20 @@ export type TrainingJobSummary = {
   datasetId: string | null;
   /** The tuning job the job is a trial of, if any. */
   tuneId: string | null;
+  /** Its artifacts and checkpoints not deleted, oldest first (loadTrainingJobSummaries fills them). */
+  artifacts?: JobArtifactSummary[];
 };
+
+export interface JobArtifactSummary {
+  id: string;
+  type: string;
+  name: string;
+  path: string;
+  sizeBytes: number | null;
+  sha256: string | null;
+  downloadUrl: string;
+  createdAt: string;
+}
 
 const HOUR_MS = 3_600_000;
 
@@ -155,10 +168,40 @@ export async function loadTrainingJobSummaries(
 ): Promise<TrainingJobSummary[]> {
   if (ids.length === 0) return [];
   const rows = await db.prisma.trainingJob.findMany({ where: { accountId, id: { in: [...ids] } } });
-  const usage = await loadJobUsage(db, rows, now);
+  const [usage, artifacts] = await Promise.all([
+    loadJobUsage(db, rows, now),
+    loadArtifacts(db, accountId, ids),
+  ]);
   const byId = new Map(rows.map((r) => [r.id, r]));
   return ids.flatMap((id) => {
     const row = byId.get(id);
-    return row ? [summarize(row, usage.get(id), db)] : [];
+    return row ? [{ ...summarize(row, usage.get(id), db), artifacts: artifacts.get(id) ?? [] }] : [];
   });
+}
+
+async function loadArtifacts(
+  db: Database,
+  accountId: string,
+  jobIds: readonly string[],
+): Promise<Map<string, JobArtifactSummary[]>> {
+  const rows = await db.prisma.trainingArtifact.findMany({
+    where: { accountId, jobId: { in: [...jobIds] }, deletedAt: null },
+    orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
+  });
+  const out = new Map<string, JobArtifactSummary[]>();
+  for (const row of rows) {
+    const list = out.get(row.jobId) ?? [];
+    list.push({
+      id: row.id,
+      type: row.type,
+      name: row.name,
+      path: row.path,
+      sizeBytes: row.sizeBytes === null ? null : Number(row.sizeBytes),
+      sha256: row.sha256,
+      downloadUrl: `/v2/training/jobs/${row.jobId}/artifacts/${row.id}/download`,
+      createdAt: row.createdAt.toISOString(),
+    });
+    out.set(row.jobId, list);
+  }
+  return out;
 }

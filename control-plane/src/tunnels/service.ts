@@ -20,6 +20,8 @@ import { discardTunnelSocket, type PendingTunnel, PendingTunnels, type TunnelSoc
 import { tunnelExec, tunnelStream } from './sessions.ts';
 import type { ExecOptions, ExecSession, TunnelOpener } from './types.ts';
 
+type FileTarget = Extract<TunnelTarget, { kind: 'file' }>;
+
 /** What the service needs from the agent gateway: a command with a reply, wherever the agent is. */
 export interface TunnelCommandSender {
   sendCommand(hostId: string, command: CommandBody, timeoutMs?: number): Promise<unknown>;
@@ -43,13 +45,16 @@ export interface TunnelServiceOptions {
 
 const silent: GatewayLogger = { debug() {}, info() {}, warn() {}, error() {} };
 // One checker per kind, so an error names the field rather than "expected union value".
-const [streamChecker, execChecker] = TunnelTargetSchema.anyOf.map((variant: TSchema) =>
-  TypeCompiler.Compile(variant),
-) as [TypeCheck<TSchema>, TypeCheck<TSchema>];
+const checkers = new Map<string, TypeCheck<TSchema>>(
+  TunnelTargetSchema.anyOf.map((variant: TSchema) => [
+    (variant as unknown as { properties: { kind: { const: string } } }).properties.kind.const,
+    TypeCompiler.Compile(variant),
+  ]),
+);
 
 /** The protocol's limits, as the caller's error: a target the agent would refuse never leaves. */
 function checkTarget(target: TunnelTarget): void {
-  const checker = target.kind === 'stream' ? streamChecker : execChecker;
+  const checker = checkers.get(target.kind)!;
   if (checker.Check(target)) return;
   const error = checker.Errors(target).First();
   const field = error?.path.replace(/^\//, '').replaceAll('/', '.') || 'target';
@@ -120,6 +125,19 @@ export class TunnelService implements TunnelOpener {
     return claimed.kind === 'raw' ? claimed.socket : tunnelStream(claimed.ws);
   }
 
+  /**
+   * The bytes of a file in the workload's volume (a file target): the agent writes them and ends the
+   * socket; a reset instead of an end means the file could not be read to the end.
+   */
+  async openFile(workloadId: string, target: Omit<FileTarget, 'kind'>): Promise<Socket> {
+    const claimed = await this.#open(workloadId, { kind: 'file', ...target });
+    if (claimed.kind !== 'raw') {
+      discardTunnelSocket(claimed);
+      throw new ApiError('AGENT_COMMAND_FAILED', 'the agent opened a file tunnel without the raw upgrade');
+    }
+    return claimed.socket;
+  }
+
   async openExec(workloadId: string, options: ExecOptions): Promise<ExecSession> {
     const claimed = await this.#open(workloadId, {
       kind: 'exec',
@@ -156,7 +174,7 @@ export class TunnelService implements TunnelOpener {
           hostId,
           workloadId,
         }),
-      target.kind === 'stream',
+      target.kind !== 'exec',
     );
     // An abort settles the wait at once; a socket the agent still opens is refused or closed.
     let onAbort = () => {};

@@ -2,6 +2,7 @@ import { newId } from '@anvil/shared';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import { PassLoop } from '../util/pass-loop.ts';
+import { artifactStorageRecords } from './artifact-storage.ts';
 
 type Tx = Parameters<Parameters<Database['prisma']['$transaction']>[0]>[0];
 
@@ -38,6 +39,7 @@ export interface StorageMeterOptions {
  * bills the time since the previous one, per dataset, so the records tile time without gaps or overlap;
  * the watermark is the records themselves (their endedAt), so a restart or another replica continues
  * where the last pass stopped. A dataset deleted between passes is billed up to the last pass before it.
+ * Training artifacts kept on hosts after their job's containers are gone: artifact-storage.ts.
  */
 export class StorageMeter {
   readonly #o: StorageMeterOptions;
@@ -126,6 +128,7 @@ export class StorageMeter {
       }
       records.push(...(await this.#workloadDisks(tx, now)));
       records.push(...(await this.#snapshotImages(tx, now)));
+      records.push(...(await artifactStorageRecords(tx, now, pricePerGbHour)));
       if (records.length > 0) await tx.usageRecord.createMany({ data: records });
       return records.length;
     });

@@ -1,6 +1,7 @@
 export * from './close-codes.ts';
 export * from './codec.ts';
 export * from './common.ts';
+export * from './files.ts';
 export * from './gpu-health.ts';
 export * from './inventory.ts';
 export * from './logs.ts';

@@ -1,5 +1,6 @@
 import { type Static, type TProperties, type TSchema, Type } from '@sinclair/typebox';
 import { EpochMs, Nullable, WorkloadId } from './common.ts';
+import { VolumePath } from './files.ts';
 import { Inventory } from './inventory.ts';
 import { LogEntry, LogLoss } from './logs.ts';
 import { MetricSample } from './metrics.ts';
@@ -230,6 +231,18 @@ export const CommandBody = Type.Union([
      */
     includeVolume: Type.Optional(Type.Boolean()),
   }),
+  /**
+   * What a path in the workload's volume is (files.ts FileStat); `hash`: with the SHA-256 of a regular
+   * file. Refused when the workload is not this host's or the path leaves its volume.
+   */
+  Type.Object({
+    name: Type.Literal('stat_file'),
+    workloadId: WorkloadId,
+    path: VolumePath,
+    hash: Type.Boolean(),
+  }),
+  /** Deletes a file or directory in the workload's volume (symlinks removed, never followed). Answers {removed, sizeBytes}. */
+  Type.Object({ name: Type.Literal('delete_file'), workloadId: WorkloadId, path: VolumePath }),
   /** Deletes the workload's volume directory (its container must be gone or stopped). Answers {removed}. */
   Type.Object({ name: Type.Literal('remove_volume'), workloadId: WorkloadId }),
   /**

@@ -1,5 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Nullable } from './common.ts';
+import { Sha256Hex, VolumePath } from './files.ts';
 
 /**
  * Reverse tunnels (see README.md, "Tunnels"). The control plane sends the agent an `open_tunnel`
@@ -7,6 +8,7 @@ import { Nullable } from './common.ts';
  * then dials AGENT_TUNNEL_PATH presenting its host credential and the token, and joins the two.
  * - A stream target whose `upgrade` names TUNNEL_UPGRADE: an HTTP/1.1 Upgrade to that protocol; after
  *   `101 Switching Protocols` the connection is a raw byte pipe (no framing, TCP half close as is).
+ * - A file target (bytes of a file in the workload's volume): always the raw upgrade.
  * - Everything else (exec targets; stream targets from a control plane that does not offer the
  *   upgrade): a WebSocket whose binary frames carry one channel byte, then the payload.
  */
@@ -76,6 +78,18 @@ export const TunnelTarget = Type.Union([
     rows: Nullable(Dimension),
     user: Nullable(Type.String({ minLength: 1, maxLength: 256 })),
     workingDir: Nullable(Type.String({ minLength: 1, maxLength: 4096 })),
+  }),
+  /**
+   * Bytes of a regular file in the workload's volume (files.ts), from `offset`, `length` bytes (null: to
+   * the end), always over the raw upgrade. With `sha256`, the agent refuses a file whose content is no
+   * longer that digest (changed since the control plane looked). The agent writes the bytes and ends.
+   */
+  Type.Object({
+    kind: Type.Literal('file'),
+    path: VolumePath,
+    offset: Type.Integer({ minimum: 0 }),
+    length: Nullable(Type.Integer({ minimum: 0 })),
+    sha256: Nullable(Sha256Hex),
   }),
 ]);
 export type TunnelTarget = Static<typeof TunnelTarget>;

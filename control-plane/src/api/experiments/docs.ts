@@ -23,7 +23,9 @@ export const RUNS =
   "history shows its summary's latest loss (best: bestLoss), learning_rate and throughput. cost (USD) and " +
   "gpuHours = the job's billed usage so far; trainingTimeSeconds = (completedAt, or now while running or " +
   'stopping) − startedAt, null when the job never started or stopped without completing; completedAt = ' +
-  "the job's. artifacts: [] — the training side does not expose checkpoints to experiments yet. " +
+  "the job's. artifacts: the job's artifacts and checkpoints as GET /v2/training/jobs/{id}/artifacts lists " +
+  'them {id, type, name, path, sizeBytes, sha256, downloadUrl, createdAt} (none after an archive with ' +
+  'preserve_artifacts false). ' +
   `${DIRECTION_RULE}`;
 
 export const STATISTICS = `${STATISTICS_RULES} Insights come only from these computed comparisons, each with the rule that produced it: ${INSIGHT_RULES.join(' ')} ${WINDOW_RULE}`;
