@@ -206,6 +206,18 @@ describe('migrator', () => {
         expect(operator.operator).toBe(true);
         return [data, await prisma.host.findUniqueOrThrow({ where: { id: data.id } })];
       },
+      HostEvent: async () => {
+        const data = {
+          id: 1n,
+          hostId: 'host_fixture',
+          at,
+          type: 'gpu_health',
+          message: 'GPU 0 failed: xid_79',
+          detail: { index: 0, state: 'failed' },
+        };
+        await prisma.hostEvent.create({ data });
+        return [data, await prisma.hostEvent.findUniqueOrThrow({ where: { id: 1n } })];
+      },
       Workload: async () => {
         const data = {
           id: 'wl_fixture',
