@@ -77,6 +77,7 @@ export function viewJob(job: EndpointJob, now: Date) {
     error: job.error,
     workerId: job.workerId,
     retries: job.retries,
+    attempts: job.attempts,
     createdAt: job.createdAt.toISOString(),
     startedAt: job.startedAt?.toISOString() ?? null,
     completedAt: job.completedAt?.toISOString() ?? null,

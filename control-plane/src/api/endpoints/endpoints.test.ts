@@ -287,6 +287,7 @@ describe('serverless endpoint API: CRUD, bounds, placement, isolation', () => {
       output: null,
       executionTime: null,
       retries: 0,
+      attempts: 0,
     });
     const sync = await call(t, { method: 'POST', url: `/v2/${ep.id}/runsync?wait=0`, payload: { input: 2 } });
     expect(sync.json()).toMatchObject({ status: 'IN_QUEUE' });

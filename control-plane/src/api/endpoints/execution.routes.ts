@@ -79,7 +79,7 @@ export const executionRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }>
         summary: 'Status of a job',
         description:
           `${EXEC_ACCESS} {id, status, delayTime (ms queued before a worker took it; to now while queued), ` +
-          'executionTime (ms on the worker; to now while running), output, error, workerId, retries, createdAt, ' +
+          'executionTime (ms on the worker; to now while running), output, error, workerId, retries, attempts, createdAt, ' +
           `startedAt, completedAt, expiresAt}. RunPod's ?ttl= is refused with 400 NOT_SUPPORTED. ${EXECUTION}`,
         params: JobParams,
         querystring: StatusQuery,

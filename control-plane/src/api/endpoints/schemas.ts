@@ -340,6 +340,13 @@ export const JobStatusRecord = Type.Object(
     error: Nullable(Type.String()),
     workerId: Nullable(Type.String()),
     retries: Count,
+    attempts: Type.Integer({
+      minimum: 0,
+      description:
+        'How many times a worker was handed this job since it was queued (or last retried). Above 1 when it ' +
+        'was handed out again after the control-plane process running it stopped (killed, lease expired): ' +
+        'delivery is at least once, so a handler that is not idempotent may have run that many times.',
+    }),
     createdAt: DateTime,
     startedAt: Nullable(DateTime),
     completedAt: Nullable(DateTime),
