@@ -108,7 +108,7 @@ export function createContext(
     logger: logger.child({ component: 'transfer-meter' }),
     pricePerGb: config.transferPricePerGb,
   });
-  const fleet = createFleet(config, db, clock, { tunnelMeter: transfer });
+  const fleet = createFleet(config, db, clock, { tunnelMeter: transfer, audit: accounts.audit });
   const storageLogger = logger.child({ component: 'storage-meter' });
   const storage = new StorageMeter({
     db,
@@ -144,6 +144,7 @@ export function createContext(
     accounts,
     templates,
     pricesFile: config.gpuPricesFile,
+    failedGpuPolicy: config.failedGpuPolicy,
   });
   const clusterTelemetry = createClusterTelemetry({
     db,

@@ -3,7 +3,8 @@ import type { Clock } from '../auth/clock.ts';
 import type { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 
-export const AUDIT_TYPES = ['permission_change', 'access_denied', 'role_assignment'] as const;
+/** The spec's three, and fleet_change: operators' fleet events (GPU health changes and resets) in the operators' account. */
+export const AUDIT_TYPES = ['permission_change', 'access_denied', 'role_assignment', 'fleet_change'] as const;
 export type AuditType = (typeof AUDIT_TYPES)[number];
 
 export const AUDIT_PERIODS = ['1d', '7d', '30d', '90d'] as const;

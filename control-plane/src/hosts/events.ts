@@ -1,3 +1,5 @@
+import type { GpuHealthChange } from './gpu-health.ts';
+
 /**
  * What the fleet's domain modules tell the agent gateway, without importing it: a workload change means
  * the host's desired set must be pushed; a deleted host's connection must be closed. Listeners run
@@ -5,10 +7,12 @@
  * agent that misses a push gets the whole desired set again when it reconnects.
  */
 export type FleetListener = (hostId: string) => Promise<void>;
+export type GpuHealthListener = (change: GpuHealthChange) => Promise<void>;
 
 export class FleetEvents {
   readonly #desired = new Set<FleetListener>();
   readonly #deleted = new Set<FleetListener>();
+  readonly #gpuHealth = new Set<GpuHealthListener>();
 
   onDesiredChanged(listener: FleetListener): () => void {
     this.#desired.add(listener);
@@ -18,6 +22,16 @@ export class FleetEvents {
   onHostDeleted(listener: FleetListener): () => void {
     this.#deleted.add(listener);
     return () => this.#deleted.delete(listener);
+  }
+
+  /** A GPU's kept health changed (the agent reported worse, or an operator reset it). */
+  onGpuHealthChanged(listener: GpuHealthListener): () => void {
+    this.#gpuHealth.add(listener);
+    return () => this.#gpuHealth.delete(listener);
+  }
+
+  async gpuHealthChanged(change: GpuHealthChange): Promise<void> {
+    await Promise.allSettled([...this.#gpuHealth].map((listener) => listener(change)));
   }
 
   async desiredChanged(hostId: string): Promise<void> {

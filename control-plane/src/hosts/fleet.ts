@@ -1,3 +1,4 @@
+import type { AuditLog } from '../accounts/audit.ts';
 import type { GatewayLogger } from '../agents/connection.ts';
 import { AgentGateway, type AgentGatewayOptions } from '../agents/gateway.ts';
 import type { Clock } from '../auth/clock.ts';
@@ -8,6 +9,7 @@ import { type TelemetryOptions, TelemetryService } from '../telemetry/telemetry.
 import { type TunnelMeter, TunnelService } from '../tunnels/service.ts';
 import { WorkloadService } from '../workloads/workloads.ts';
 import { FleetEvents } from './events.ts';
+import { GpuHealthService } from './gpu-health.ts';
 import { HostService } from './hosts.ts';
 import { JoinTokenService } from './join-tokens.ts';
 
@@ -16,6 +18,8 @@ export interface Fleet {
   events: FleetEvents;
   joinTokens: JoinTokenService;
   hosts: HostService;
+  /** GPU health kept per host GPU (sticky until an operator resets it). */
+  gpuHealth: GpuHealthService;
   workloads: WorkloadService;
   telemetry: TelemetryService;
   agents: AgentGateway;
@@ -32,6 +36,8 @@ export interface FleetOptions {
   telemetry?: TelemetryOptions;
   /** Meters the bytes every tunnel carries (data transfer usage). */
   tunnelMeter?: TunnelMeter;
+  /** Where GPU health changes are audited (the operators' account); none: not audited. */
+  audit?: AuditLog;
   gateway?: Partial<
     Pick<
       AgentGatewayOptions,
@@ -60,12 +66,14 @@ export function createFleet(
   const metrics = new ControlPlaneMetrics({ processMetrics: config.metricsToken !== null });
   const hosts = new HostService(db, clock, events);
   const workloads = new WorkloadService(db, clock, events);
+  const gpuHealth = new GpuHealthService(db, clock, events, options.audit ?? null);
   const telemetry = new TelemetryService(db, clock, metrics, options.telemetry);
   const agents = new AgentGateway({
     config,
     db,
     clock,
     hosts,
+    gpuHealth,
     workloads,
     telemetry,
     events,
@@ -84,6 +92,7 @@ export function createFleet(
     events,
     joinTokens: new JoinTokenService(db, clock),
     hosts,
+    gpuHealth,
     workloads,
     telemetry,
     agents,
