@@ -1,16 +1,16 @@
 import { newId } from '@anvil/shared';
-import {
-  AGENT_CONNECT_PATH,
-  createMessage,
-  type GpuHealth,
-  type GpuHealthReason,
-  type GpuMetrics,
-  type Inventory,
-} from '@anvil/shared/protocol';
+import { createMessage, type GpuMetrics, type Inventory } from '@anvil/shared/protocol';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { WebSocket } from 'ws';
 import { addMember } from '../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../testing/app.ts';
+import {
+  connectGpuAgent,
+  type GpuTestAgent,
+  gpuHealth,
+  gpuSample,
+  healthReason,
+  realGpuInventory,
+} from '../testing/gpu-agent.ts';
 import { waitFor } from '../testing/wait.ts';
 
 /**
@@ -28,98 +28,10 @@ type Body = Record<string, any>;
 
 const METRICS_TOKEN = 'metrics-token-for-gpu-health-tests';
 
-interface Agent {
-  hostId: string;
-  ws: WebSocket;
-  send(message: object): void;
-}
-
-interface Device {
-  name: string;
-  migEnabled?: boolean;
-}
-
-function inventory(devices: Device[], nvidiaRuntime: boolean): Inventory {
-  return {
-    host: {
-      hostname: `gpu-${newId('wl').slice(-6)}`,
-      os: { platform: 'linux', distro: null, release: null, kernel: null, arch: 'x64' },
-      cpu: { model: null, cores: 64, threads: 64 },
-      memoryBytes: 512 * 1024 ** 3,
-      disks: [{ device: '/dev/nvme0n1', mount: '/', fsType: 'ext4', sizeBytes: 4000 * 1024 ** 3 }],
-      networkInterfaces: [],
-    },
-    gpus: {
-      simulated: false,
-      source: 'nvml',
-      driverVersion: '550.54.15',
-      cudaVersion: '12.4',
-      devices: devices.map((d, index) => ({
-        index,
-        uuid: `GPU-${newId('wl').slice(-12)}-${index}`,
-        name: d.name,
-        memoryTotalBytes: 80 * 1024 ** 3,
-        pciBusId: `00000000:${String(index + 10)}:00.0`,
-        ...(d.migEnabled === undefined ? {} : { migEnabled: d.migEnabled }),
-      })),
-      error: null,
-    },
-    docker: {
-      version: '24.0.7',
-      apiVersion: '1.43',
-      runtimes: nvidiaRuntime
-        ? ['io.containerd.runc.v2', 'nvidia', 'runc']
-        : ['io.containerd.runc.v2', 'runc'],
-      nvidiaRuntime,
-      error: null,
-    },
-  };
-}
-
-function reason(code: string, severity: 'degraded' | 'failed', source: string): GpuHealthReason {
-  return { code, severity, message: `${code} seen`, source, since: Date.now() };
-}
-
-function health(state: GpuHealth['state'], reasons: GpuHealthReason[] = [], xids: number[] = []): GpuHealth {
-  return {
-    state,
-    reasons,
-    ecc: {
-      volatileCorrected: 3,
-      volatileUncorrected: state === 'failed' ? 2 : 0,
-      aggregateCorrected: 7,
-      aggregateUncorrected: 0,
-    },
-    retiredPages: null,
-    rowRemap: { correctable: 0, uncorrectable: 0, pending: false, failure: false },
-    throttleReasons: [],
-    slowdownTemperatureC: 90,
-    pcie: { currentGen: 5, maxGen: 5, currentWidth: 16, maxWidth: 16 },
-    xids: xids.map((xid) => ({ xid, at: Date.now() })),
-  };
-}
-
-function gpuSample(inv: Inventory, index: number, h: GpuHealth | undefined): GpuMetrics {
-  return {
-    index,
-    uuid: inv.gpus.devices[index]!.uuid,
-    utilizationPercent: 42,
-    memoryUtilizationPercent: 10,
-    memoryUsedBytes: 2 * 1_048_576,
-    memoryTotalBytes: 80 * 1024 ** 3,
-    temperatureC: 61,
-    powerWatts: 305,
-    smClockMhz: 1980,
-    memoryClockMhz: 2619,
-    processes: [],
-    ...(h ? { health: h } : {}),
-  };
-}
-
 describe('GPU health, NVIDIA runtime gate and board catalogue over the agent protocol and HTTP', () => {
   let t: TestApp;
   let url: string;
-  const agents: Agent[] = [];
+  const agents: GpuTestAgent[] = [];
 
   beforeAll(async () => {
     t = await createTestApp({
@@ -129,7 +41,7 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
   });
 
   afterAll(async () => {
-    for (const a of agents) a.ws.terminate();
+    for (const a of agents) a.close();
     await t?.close();
   });
 
@@ -151,45 +63,13 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
     return { status: res.status, json: text.startsWith('{') ? JSON.parse(text) : { text } };
   }
 
-  /** Registers with a fresh join token and says hello with `inv`, as an agent does on its first start. */
-  async function connect(inv: Inventory, group = t.context.fleet): Promise<Agent> {
-    const { value } = await group.joinTokens.create({ userId: t.userId, keyId: null }, {});
-    const ws = new WebSocket(`${url.replace(/^http/, 'ws')}${AGENT_CONNECT_PATH}`);
-    const received: Record<string, unknown>[] = [];
-    ws.on('message', (data) => received.push(JSON.parse(data.toString()) as Record<string, unknown>));
-    await new Promise((resolve, reject) => {
-      ws.once('open', resolve);
-      ws.once('error', reject);
-    });
-    const agent: Agent = { hostId: '', ws, send: (m) => ws.send(JSON.stringify(m)) };
+  async function connect(inv: Inventory): Promise<GpuTestAgent> {
+    const agent = await connectGpuAgent(t, url, inv);
     agents.push(agent);
-    agent.send(
-      createMessage('register', { joinToken: value, hostname: inv.host.hostname, agentVersion: 'test' }),
-    );
-    const registered = (await waitFor('registered', async () =>
-      received.find((m) => m['type'] === 'registered'),
-    )) as { hostId: string; credential: string };
-    agent.send(
-      createMessage('hello', {
-        agentVersion: 'test',
-        hostId: registered.hostId,
-        credential: registered.credential,
-        inventory: inv,
-      }),
-    );
-    await waitFor('welcome', async () => received.find((m) => m['type'] === 'welcome'));
-    agent.hostId = registered.hostId;
     return agent;
   }
 
-  function sendMetrics(agent: Agent, gpus: GpuMetrics[]): void {
-    agent.send(
-      createMessage('metric_batch', {
-        samples: [{ at: Date.now(), host: null, gpus, containers: [] }],
-        dropped: 0,
-      }),
-    );
-  }
+  const sendMetrics = (agent: GpuTestAgent, gpus: GpuMetrics[]) => agent.sendGpus(gpus);
 
   async function hostDetail(hostId: string): Promise<Body> {
     const res = await http('GET', `/v2/admin/hosts/${hostId}`);
@@ -213,7 +93,7 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
   }
 
   it('a host with real GPUs but no NVIDIA runtime is offered no GPU work, and says how to fix it', async () => {
-    const inv = inventory([{ name: 'NVIDIA L40S' }], false);
+    const inv = realGpuInventory([{ name: 'NVIDIA L40S' }], false);
     const agent = await connect(inv);
 
     const refused = await createCluster('L40S');
@@ -229,7 +109,7 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
     expect(host['gpuDevices'][0]).toMatchObject({ boardType: 'L40S', gpuType: 'L40S', schedulable: false });
 
     // The operator installs the toolkit; the agent reports the runtime: the host takes GPU work.
-    agent.send(createMessage('inventory', { inventory: inventory([{ name: 'NVIDIA L40S' }], true) }));
+    agent.send(createMessage('inventory', { inventory: realGpuInventory([{ name: 'NVIDIA L40S' }], true) }));
     await waitFor(
       'the runtime reported',
       async () => (await hostDetail(agent.hostId))['gpuWork'].offered === true,
@@ -241,7 +121,7 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
 
   it('new boards are schedulable types by their NVML names; MIG-enabled GPUs are not offered whole', async () => {
     const agent = await connect(
-      inventory(
+      realGpuInventory(
         [
           { name: 'NVIDIA A100-SXM4-40GB', migEnabled: true },
           { name: 'NVIDIA A100-SXM4-40GB', migEnabled: false },
@@ -270,14 +150,14 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
     const row = await clusterRow(one.json['data'].id);
     expect([row.hostId, row.gpuIndices]).toEqual([agent.hostId, [1]]);
 
-    const pcie = await connect(inventory([{ name: 'NVIDIA H100 PCIe' }], true));
+    const pcie = await connect(realGpuInventory([{ name: 'NVIDIA H100 PCIe' }], true));
     const h100Pcie = await createCluster('H100_PCIE');
     expect(h100Pcie.status, JSON.stringify(h100Pcie.json)).toBe(201);
     expect((await clusterRow(h100Pcie.json['data'].id)).hostId).toBe(pcie.hostId);
   });
 
   it('a failed GPU is cordoned (sticky until reset), its clusters are told, the rest of the host works', async () => {
-    const inv = inventory([{ name: 'NVIDIA H200' }, { name: 'NVIDIA H200' }], true);
+    const inv = realGpuInventory([{ name: 'NVIDIA H200' }, { name: 'NVIDIA H200' }], true);
     const agent = await connect(inv);
     const hasState = (index: number, state: string) => async () => {
       const host = await hostDetail(agent.hostId);
@@ -285,10 +165,10 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
     };
 
     // GPU 1 falls off the bus (XID 79); GPU 0 is healthy.
-    const xid79 = reason('xid_79', 'failed', 'nvmlEventSetWait_v2');
+    const xid79 = healthReason('xid_79', 'failed', 'nvmlEventSetWait_v2');
     sendMetrics(agent, [
-      gpuSample(inv, 0, health('healthy')),
-      gpuSample(inv, 1, health('failed', [xid79], [79])),
+      gpuSample(inv, 0, gpuHealth('healthy')),
+      gpuSample(inv, 1, gpuHealth('failed', [xid79], [79])),
     ]);
     const failed = await waitFor('GPU 1 failed', hasState(1, 'failed'));
     expect(failed['gpuDevices'][1]).toMatchObject({
@@ -314,9 +194,9 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
 
     // Sticky: the next sample looks fine, GPU 1 stays failed. (Messages are handled in order: once GPU 0's
     // degraded state of the sample after shows, the healthy one was handled.)
-    sendMetrics(agent, [gpuSample(inv, 0, health('healthy')), gpuSample(inv, 1, health('healthy'))]);
-    const thermal = reason('throttle_thermal', 'degraded', 'nvmlDeviceGetCurrentClocksEventReasons');
-    sendMetrics(agent, [gpuSample(inv, 0, health('degraded', [thermal]))]);
+    sendMetrics(agent, [gpuSample(inv, 0, gpuHealth('healthy')), gpuSample(inv, 1, gpuHealth('healthy'))]);
+    const thermal = healthReason('throttle_thermal', 'degraded', 'nvmlDeviceGetCurrentClocksEventReasons');
+    sendMetrics(agent, [gpuSample(inv, 0, gpuHealth('degraded', [thermal]))]);
     const later = await waitFor('GPU 0 degraded', hasState(0, 'degraded'));
     expect(later['gpuDevices'][1].health.state).toBe('failed');
     // Degraded is reported, not cordoned.
@@ -326,8 +206,8 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
     });
 
     // GPU 0 fails under the first cluster: it keeps running (policy keep) and says why it is at risk.
-    const ecc = reason('ecc_uncorrected_volatile', 'failed', 'nvmlDeviceGetTotalEccErrors');
-    sendMetrics(agent, [gpuSample(inv, 0, health('failed', [ecc]))]);
+    const ecc = healthReason('ecc_uncorrected_volatile', 'failed', 'nvmlDeviceGetTotalEccErrors');
+    sendMetrics(agent, [gpuSample(inv, 0, gpuHealth('failed', [ecc]))]);
     const reported = await waitFor('the reason on the cluster', async () => {
       const res = await http('GET', `/v1/clusters/${firstId}`);
       return res.json['data']?.status_reason ? res.json['data'] : undefined;
@@ -392,33 +272,10 @@ describe('ANVIL_FAILED_GPU_POLICY=stop', () => {
       env: { ANVIL_FAILED_GPU_POLICY: 'stop', ANVIL_HOST_GRACE_SECONDS: '3600' },
     });
     const url = await t.app.listen({ host: '127.0.0.1', port: 0 });
-    const ws = new WebSocket(`${url.replace(/^http/, 'ws')}${AGENT_CONNECT_PATH}`);
+    let agent: GpuTestAgent | null = null;
     try {
-      const received: Record<string, unknown>[] = [];
-      ws.on('message', (data) => received.push(JSON.parse(data.toString()) as Record<string, unknown>));
-      await new Promise((resolve, reject) => {
-        ws.once('open', resolve);
-        ws.once('error', reject);
-      });
-      const send = (m: object) => ws.send(JSON.stringify(m));
-      const inv = inventory([{ name: 'NVIDIA GeForce RTX 4090' }], true);
-      const { value } = await t.context.fleet.joinTokens.create({ userId: t.userId, keyId: null }, {});
-      send(
-        createMessage('register', { joinToken: value, hostname: inv.host.hostname, agentVersion: 'test' }),
-      );
-      const registered = (await waitFor('registered', async () =>
-        received.find((m) => m['type'] === 'registered'),
-      )) as { hostId: string; credential: string };
-      send(
-        createMessage('hello', {
-          agentVersion: 'test',
-          hostId: registered.hostId,
-          credential: registered.credential,
-          inventory: inv,
-        }),
-      );
-      await waitFor('welcome', async () => received.find((m) => m['type'] === 'welcome'));
-
+      const inv = realGpuInventory([{ name: 'NVIDIA GeForce RTX 4090' }], true);
+      agent = await connectGpuAgent(t, url, inv);
       const res = await fetch(`${url}/v1/clusters`, {
         method: 'POST',
         headers: { ...t.auth(), 'content-type': 'application/json' },
@@ -427,20 +284,8 @@ describe('ANVIL_FAILED_GPU_POLICY=stop', () => {
       expect(res.status).toBe(201);
       const id = ((await res.json()) as { data: { id: string } }).data.id;
 
-      const ecc = reason('ecc_uncorrected_volatile', 'failed', 'nvmlDeviceGetTotalEccErrors');
-      send(
-        createMessage('metric_batch', {
-          samples: [
-            {
-              at: Date.now(),
-              host: null,
-              gpus: [gpuSample(inv, 0, health('failed', [ecc]))],
-              containers: [],
-            },
-          ],
-          dropped: 0,
-        }),
-      );
+      const ecc = healthReason('ecc_uncorrected_volatile', 'failed', 'nvmlDeviceGetTotalEccErrors');
+      agent.sendGpus([gpuSample(inv, 0, gpuHealth('failed', [ecc]))]);
       const row = await waitFor('the cluster failed', async () => {
         const r = await t.context.db.prisma.cluster.findUniqueOrThrow({ where: { id } });
         return r.status === 'error' ? r : undefined;
@@ -450,7 +295,7 @@ describe('ANVIL_FAILED_GPU_POLICY=stop', () => {
       expect(row.statusReason).toContain('ANVIL_FAILED_GPU_POLICY=stop');
       expect(row.gpuIndices).toEqual([]);
     } finally {
-      ws.terminate();
+      agent?.close();
       await t.close();
     }
   });
