@@ -76,6 +76,12 @@ export interface Config {
   storagePricePerGbHour: number;
   /** Seconds between storage metering passes (0 = no timer). */
   storageMeterSeconds: number;
+  /**
+   * What happens to clusters on a GPU whose health turns `failed` (ANVIL_FAILED_GPU_POLICY): `keep` (default)
+   * leaves them running with the reason in status_reason; `stop` fails them (status error, the reason kept,
+   * GPUs released, container stopped, volume kept for a later start on a healthy GPU).
+   */
+  failedGpuPolicy: 'keep' | 'stop';
   /** Where training datasets' bytes are stored (default <dataDir>/datasets). */
   datasetsDir: string;
   /** Largest dataset accepted, in bytes, however it arrives (single PUT, multipart, URL). */
@@ -339,6 +345,7 @@ export function loadConfig(env: Env = process.env): Config {
     transferPricePerGb: price(env, 'ANVIL_TRANSFER_PRICE_PER_GB'),
     storagePricePerGbHour: price(env, 'ANVIL_STORAGE_PRICE_PER_GB_HOUR'),
     storageMeterSeconds: integer(env, 'ANVIL_STORAGE_METER_SECONDS', 3600, 0, 86_400),
+    failedGpuPolicy: failedGpuPolicy(env),
     datasetsDir: env['ANVIL_DATASETS_DIR']
       ? resolve(env['ANVIL_DATASETS_DIR'])
       : resolve(dataDir, 'datasets'),
@@ -365,6 +372,14 @@ function agentVersionOf(raw: string | undefined): string | null {
     throw new ConfigError('ANVIL_AGENT_VERSION', `must be an agent version or "manual", got "${raw}"`);
   }
   return raw;
+}
+
+function failedGpuPolicy(env: Env): 'keep' | 'stop' {
+  const value = (env['ANVIL_FAILED_GPU_POLICY'] ?? '').trim().toLowerCase() || 'keep';
+  if (value !== 'keep' && value !== 'stop') {
+    throw new ConfigError('ANVIL_FAILED_GPU_POLICY', `must be keep or stop, got "${value}"`);
+  }
+  return value;
 }
 
 /** ANVIL_SSH_HOST, else the host of ANVIL_PUBLIC_URL (what users already reach this server by). */

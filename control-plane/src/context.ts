@@ -115,7 +115,7 @@ export function createContext(
     logger: logger.child({ component: 'transfer-meter' }),
     pricePerGb: config.transferPricePerGb,
   });
-  const fleet = createFleet(config, db, clock, { tunnelMeter: transfer });
+  const fleet = createFleet(config, db, clock, { tunnelMeter: transfer, audit: accounts.audit });
   const storageLogger = logger.child({ component: 'storage-meter' });
   const storage = new StorageMeter({
     db,
@@ -151,6 +151,7 @@ export function createContext(
     accounts,
     templates,
     pricesFile: config.gpuPricesFile,
+    failedGpuPolicy: config.failedGpuPolicy,
   });
   const clusterTelemetry = createClusterTelemetry({
     db,

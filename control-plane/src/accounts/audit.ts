@@ -3,7 +3,10 @@ import type { Clock } from '../auth/clock.ts';
 import type { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 
-/** fleet_change: operators' changes to the host fleet (agent versions and upgrades). */
+/**
+ * The spec's three, and fleet_change: operators' changes to the host fleet (agent versions and upgrades, GPU
+ * health changes and resets) in the operators' account.
+ */
 export const AUDIT_TYPES = ['permission_change', 'access_denied', 'role_assignment', 'fleet_change'] as const;
 export type AuditType = (typeof AUDIT_TYPES)[number];
 

@@ -17,6 +17,7 @@ import {
 } from '@anvil/shared/protocol';
 import { type RawData, WebSocket } from 'ws';
 import type { Clock } from '../auth/clock.ts';
+import { type GpuHealthService, worstGpuHealth } from '../hosts/gpu-health.ts';
 import type { HostService } from '../hosts/hosts.ts';
 import type { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import type { TelemetryService } from '../telemetry/telemetry.ts';
@@ -49,6 +50,7 @@ export interface ConnectionContext {
   readonly replicaId: string;
   readonly settings: GatewaySettings;
   readonly hosts: HostService;
+  readonly gpuHealth: GpuHealthService;
   readonly workloads: WorkloadService;
   readonly telemetry: TelemetryService;
   readonly metrics: ControlPlaneMetrics;
@@ -381,6 +383,7 @@ export class AgentConnection {
           containers: this.#ownOnly(sample.containers, 'metric_batch'),
         }));
         this.ctx.telemetry.ingestMetrics(hostId, samples, message.dropped);
+        await this.ctx.gpuHealth.observe(hostId, worstGpuHealth(message.samples));
         return;
       }
       case 'log_batch':

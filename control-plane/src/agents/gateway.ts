@@ -15,6 +15,7 @@ import type { Clock } from '../auth/clock.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/index.ts';
 import type { FleetEvents } from '../hosts/events.ts';
+import type { GpuHealthService } from '../hosts/gpu-health.ts';
 import type { HostService } from '../hosts/hosts.ts';
 import type { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import type { TelemetryService } from '../telemetry/telemetry.ts';
@@ -48,6 +49,7 @@ export interface AgentGatewayOptions {
   db: Database;
   clock: Clock;
   hosts: HostService;
+  gpuHealth: GpuHealthService;
   workloads: WorkloadService;
   telemetry: TelemetryService;
   events: FleetEvents;
@@ -136,6 +138,7 @@ export class AgentGateway {
       replicaId: this.replicaId,
       settings: this.#settings,
       hosts: options.hosts,
+      gpuHealth: options.gpuHealth,
       workloads: options.workloads,
       telemetry: options.telemetry,
       metrics: options.metrics,

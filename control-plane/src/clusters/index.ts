@@ -5,6 +5,7 @@ import { PriceTable } from '../billing/prices.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
 import { Allocator } from '../scheduler/allocator.ts';
+import { type FailedGpuPolicy, FailedGpuWorkloads } from './failed-gpus.ts';
 import { ClusterOperations } from './operations.ts';
 import type { TemplateResolverLike } from './requests.ts';
 import { ClusterService } from './service.ts';
@@ -33,6 +34,8 @@ export function createClusters(deps: {
   accounts: AccountServices;
   /** ANVIL_GPU_PRICES_FILE: applied at start. */
   pricesFile?: string | null;
+  /** ANVIL_FAILED_GPU_POLICY: what happens to clusters on a GPU that failed (default keep). */
+  failedGpuPolicy?: FailedGpuPolicy;
   templates?: TemplateResolverLike | null;
   parts?: ClusterViewParts;
   supervisor?: SupervisorOptions;
@@ -61,6 +64,22 @@ export function createClusters(deps: {
     if (change.phase === 'running') await running.markRunning(workloadId, hostId);
     running.kick();
   });
+  // A GPU whose health turned failed: its clusters are told why, and stopped if the policy says so.
+  const failedGpus = new FailedGpuWorkloads({
+    db: deps.db,
+    clock: deps.clock,
+    policy: deps.failedGpuPolicy ?? 'keep',
+    failCluster: (clusterId, reason) => service.fail(clusterId, reason),
+    freed: () => running.kick(),
+  });
+  const unsubscribeGpuHealth = deps.fleet.events.onGpuHealthChanged((change) =>
+    failedGpus.handle(change).catch((error: unknown) => {
+      logger.error(
+        { err: error, hostId: change.hostId, gpuIndex: change.gpuIndex },
+        'acting on a GPU health change failed',
+      );
+    }),
+  );
   const prices = new PriceTable(deps.db, deps.clock);
   return {
     service,
@@ -79,6 +98,7 @@ export function createClusters(deps: {
     },
     async stop() {
       unsubscribe();
+      unsubscribeGpuHealth();
       await running.stop();
     },
   };

@@ -381,6 +381,34 @@ describe('migrator', () => {
           }),
         ];
       },
+      HostGpuHealth: async () => {
+        const data = {
+          hostId: 'host_fixture',
+          gpuIndex: 1,
+          gpuUuid: 'GPU-fixture-1',
+          state: 'failed',
+          reasons: [
+            {
+              code: 'xid_79',
+              severity: 'failed',
+              message: 'fell off the bus',
+              source: 'nvmlEventSetWait_v2',
+              since: 1,
+            },
+          ],
+          since: at,
+          resetAt: at,
+          resetBy: 'usr_fixture',
+          updatedAt: at,
+        };
+        await prisma.hostGpuHealth.create({ data });
+        return [
+          data,
+          await prisma.hostGpuHealth.findUniqueOrThrow({
+            where: { hostId_gpuIndex: { hostId: data.hostId, gpuIndex: 1 } },
+          }),
+        ];
+      },
       HostAllocation: async () => {
         const data = {
           hostId: 'host_capacity_fixture',

@@ -1,3 +1,5 @@
+import type { GpuHealthChange } from './gpu-health.ts';
+
 /**
  * What the fleet's domain modules tell the agent gateway, without importing it: a workload change means
  * the host's desired set must be pushed; a deleted host's connection must be closed. Listeners run
@@ -7,6 +9,7 @@
 export type FleetListener = (hostId: string) => Promise<void>;
 /** An agent was welcomed (and may now be sent commands), reporting `agentVersion`. */
 export type GreetedListener = (hostId: string, agentVersion: string | null) => Promise<void>;
+export type GpuHealthListener = (change: GpuHealthChange) => Promise<void>;
 
 export class FleetEvents {
   readonly #desired = new Set<FleetListener>();
@@ -21,6 +24,7 @@ export class FleetEvents {
   async agentGreeted(hostId: string, agentVersion: string | null): Promise<void> {
     await Promise.allSettled([...this.#greeted].map((listener) => listener(hostId, agentVersion)));
   }
+  readonly #gpuHealth = new Set<GpuHealthListener>();
 
   onDesiredChanged(listener: FleetListener): () => void {
     this.#desired.add(listener);
@@ -30,6 +34,16 @@ export class FleetEvents {
   onHostDeleted(listener: FleetListener): () => void {
     this.#deleted.add(listener);
     return () => this.#deleted.delete(listener);
+  }
+
+  /** A GPU's kept health changed (the agent reported worse, or an operator reset it). */
+  onGpuHealthChanged(listener: GpuHealthListener): () => void {
+    this.#gpuHealth.add(listener);
+    return () => this.#gpuHealth.delete(listener);
+  }
+
+  async gpuHealthChanged(change: GpuHealthChange): Promise<void> {
+    await Promise.allSettled([...this.#gpuHealth].map((listener) => listener(change)));
   }
 
   async desiredChanged(hostId: string): Promise<void> {

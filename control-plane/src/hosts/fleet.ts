@@ -1,3 +1,4 @@
+import type { AuditLog } from '../accounts/audit.ts';
 import { checkoutAgentVersion } from '../agent-artifacts/build.ts';
 import { AgentArtifactStore } from '../agent-artifacts/store.ts';
 import type { GatewayLogger } from '../agents/connection.ts';
@@ -13,6 +14,7 @@ import { WorkloadService } from '../workloads/workloads.ts';
 import { AgentVersionPolicy } from './agent-versions.ts';
 import { HostEventLog } from './event-log.ts';
 import { FleetEvents } from './events.ts';
+import { GpuHealthService } from './gpu-health.ts';
 import { HostService } from './hosts.ts';
 import { JoinTokenService } from './join-tokens.ts';
 
@@ -23,6 +25,8 @@ export interface Fleet {
   hostEvents: HostEventLog;
   joinTokens: JoinTokenService;
   hosts: HostService;
+  /** GPU health kept per host GPU (sticky until an operator resets it). */
+  gpuHealth: GpuHealthService;
   workloads: WorkloadService;
   telemetry: TelemetryService;
   /** Stored metrics bucketed for charts. */
@@ -45,6 +49,8 @@ export interface FleetOptions {
   telemetry?: TelemetryOptions;
   /** Meters the bytes every tunnel carries (data transfer usage). */
   tunnelMeter?: TunnelMeter;
+  /** Where GPU health changes are audited (the operators' account); none: not audited. */
+  audit?: AuditLog;
   gateway?: Partial<
     Pick<
       AgentGatewayOptions,
@@ -77,12 +83,14 @@ export function createFleet(
   const metrics = new ControlPlaneMetrics({ processMetrics: config.metricsToken !== null });
   const hosts = new HostService(db, clock, events);
   const workloads = new WorkloadService(db, clock, events);
+  const gpuHealth = new GpuHealthService(db, clock, events, options.audit ?? null);
   const telemetry = new TelemetryService(db, clock, metrics, options.telemetry);
   const agents = new AgentGateway({
     config,
     db,
     clock,
     hosts,
+    gpuHealth,
     workloads,
     telemetry,
     events,
@@ -116,12 +124,16 @@ export function createFleet(
   events.onAgentGreeted(async (hostId) => {
     await agentVersions.reconcile(hostId);
   });
+  // GPU health changes go on the host's timeline beside joins, disconnects and cordons.
+  const hostEvents = new HostEventLog(db, clock);
+  events.onGpuHealthChanged((change) => hostEvents.recordGpuHealth(change));
   metrics.useSources({ db, clock, connectedAgents: () => agents.connectedCount });
   return {
     events,
-    hostEvents: new HostEventLog(db, clock),
+    hostEvents,
     joinTokens: new JoinTokenService(db, clock),
     hosts,
+    gpuHealth,
     workloads,
     telemetry,
     metricSeries: new MetricSeriesReader(db, clock, telemetry.retention, config.metricsSeconds),

@@ -6,6 +6,13 @@ import type { Host, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { type HostEventType, hostEventFields } from './event-log.ts';
 import type { FleetEvents } from './events.ts';
+import {
+  type GpuDeviceView,
+  type GpuHealthRow,
+  type GpuWork,
+  gpuDevicesOf,
+  gpuWorkOf,
+} from './gpu-devices.ts';
 import { type JoinTokenStatus, joinTokenStatus } from './join-tokens.ts';
 import { generateHostCredential, hashSecret } from './secrets.ts';
 
@@ -46,6 +53,10 @@ export interface HostSummary {
   cpu: { model: string | null; cores: number | null; threads: number | null };
   memoryBytes: number | null;
   docker: { version: string | null; nvidiaRuntime: boolean; error: string | null };
+  /** Each inventory GPU with its board, MIG mode, whether placement may use it, and its kept health. */
+  gpuDevices: GpuDeviceView[];
+  /** Whether GPU work is placed on this host at all; if not, what is missing and how to fix it. */
+  gpuWork: GpuWork;
   /** What the host can enforce between tenants, as its agent reports it; null from older agents. */
   isolation: {
     network: { enforced: boolean; reason: string | null };
@@ -109,7 +120,12 @@ function iso(date: Date | null): string | null {
   return date ? date.toISOString() : null;
 }
 
-function summarise(row: Host, workloads: WorkloadLite[], now: Date): HostSummary {
+function summarise(
+  row: Host,
+  workloads: WorkloadLite[],
+  now: Date,
+  health: readonly GpuHealthRow[],
+): HostSummary {
   const inventory = row.inventory as Inventory | null;
   const devices = inventory?.gpus?.devices ?? [];
   const memory = devices.map((d) => d.memoryTotalBytes);
@@ -158,6 +174,8 @@ function summarise(row: Host, workloads: WorkloadLite[], now: Date): HostSummary
       nvidiaRuntime: inventory?.docker?.nvidiaRuntime ?? false,
       error: inventory?.docker?.error ?? null,
     },
+    gpuDevices: gpuDevicesOf(inventory, health),
+    gpuWork: gpuWorkOf(inventory),
     isolation: inventory?.isolation ?? null,
     workloads: {
       total: workloads.filter(isActive).length,
@@ -485,10 +503,10 @@ export class HostService {
     const rows = await this.db.prisma.host.findMany({
       where: { deletedAt: null },
       orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
-      include: { workloads: { select: WORKLOAD_LITE } },
+      include: { workloads: { select: WORKLOAD_LITE }, gpuHealth: true },
     });
     const now = this.clock.now();
-    return rows.map(({ workloads, ...row }) => summarise(row, workloads, now));
+    return rows.map(({ workloads, gpuHealth, ...row }) => summarise(row, workloads, now, gpuHealth));
   }
 
   async get(hostId: string): Promise<HostDetail> {
@@ -498,8 +516,9 @@ export class HostService {
       select: WORKLOAD_LITE,
       orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
     });
+    const health = await this.db.prisma.hostGpuHealth.findMany({ where: { hostId } });
     return {
-      ...summarise(host, workloads, this.clock.now()),
+      ...summarise(host, workloads, this.clock.now(), health),
       inventory: host.inventory as Inventory | null,
       workloadList: workloads.filter(isActive).map((w) => {
         const spec = specOf(w.spec);
@@ -614,6 +633,6 @@ export class HostService {
     ]);
     await this.events.hostDeleted(hostId);
     const host = await this.db.prisma.host.findUniqueOrThrow({ where: { id: hostId } });
-    return { ...detail, ...summarise(host, [], now), workloadList: [] };
+    return { ...detail, ...summarise(host, [], now, []), workloadList: [] };
   }
 }

@@ -16,7 +16,8 @@ type Tx = Prisma.TransactionClient;
 
 /**
  * CTEs computing the truth for the hosts of CTE `scope(id)`: `free(host_id, gpu_type, idx)` with the free
- * indices in ascending order, and `used(host_id, cpu, mem, disk)` held by placed clusters.
+ * indices in ascending order, and `used(host_id, cpu, mem, disk)` held by placed clusters. A GPU whose
+ * kept health is `failed` (host_gpu_health, until an operator resets it) counts as taken: it is never free.
  */
 const TRUTH_CTES = `
   taken AS (
@@ -27,6 +28,9 @@ const TRUTH_CTES = `
            CROSS JOIN LATERAL jsonb_array_elements(
              CASE WHEN jsonb_typeof(w.spec->'gpus') = 'array' THEN w.spec->'gpus' ELSE '[]'::jsonb END) AS g
      WHERE w.host_id IN (SELECT id FROM scope) AND w.kind <> 'cluster' AND w.desired = 'running'
+    UNION ALL
+    SELECT g.host_id, g.gpu_index FROM host_gpu_health g
+     WHERE g.host_id IN (SELECT id FROM scope) AND g.state = 'failed'
   ), taken_by_host AS (
     SELECT host_id, array_agg(i) AS idx FROM taken GROUP BY host_id
   ), free AS (
@@ -75,6 +79,16 @@ const DRIFTED_SQL = `
 
 const TYPE_OF_DEVICE = gpuTypeSql(`(d->>'name')`);
 
+/** An inventory device offered as a whole GPU: of a type customers ask for and not split into MIG instances. */
+const OFFERED_DEVICE = `${TYPE_OF_DEVICE} IS NOT NULL AND NOT COALESCE((d->>'migEnabled')::boolean, false)`;
+
+/**
+ * A host whose GPUs may take work: simulated ones, or real ones whose Docker has the NVIDIA runtime
+ * (without it a container asking for a GPU fails to start). HostService.gpuWork says why not to operators.
+ */
+const OFFERS_GPU_WORK = `(COALESCE((h.inventory->'gpus'->>'simulated')::boolean, false)
+  OR COALESCE((h.inventory->'docker'->>'nvidiaRuntime')::boolean, false))`;
+
 /** Hosts with an inventory holding a GPU customers can ask for, and no capacity rows yet (joined since the last sync). */
 const UNINDEXED_HOSTS_SQL = `
   SELECT h.id AS host_id FROM hosts h
@@ -83,7 +97,8 @@ const UNINDEXED_HOSTS_SQL = `
      AND EXISTS (SELECT 1 FROM jsonb_array_elements(
                    CASE WHEN jsonb_typeof(h.inventory->'gpus'->'devices') = 'array' THEN h.inventory->'gpus'->'devices'
                         ELSE '[]'::jsonb END) AS d
-                  WHERE ${TYPE_OF_DEVICE} IS NOT NULL)`;
+                  WHERE ${OFFERED_DEVICE})
+     AND ${OFFERS_GPU_WORK}`;
 
 /** Hosts whose inventory changed since their rows were written, or that are gone (deleted, no inventory). */
 const CHANGED_HOSTS_SQL = `
@@ -102,7 +117,7 @@ const UPSERT_ROWS_SQL = `
                              free_indices, free_count, digest, updated_at)
   SELECT h.id, g.gpu_type, g.indices, g.uuids, t.cpu_threads, t.memory_gb, t.disk_gb, '{}', 0, md5(h.inventory::text), now()
     FROM (SELECT DISTINCT jsonb_array_elements_text($1::jsonb) AS id) AS scope
-    JOIN hosts h ON h.id = scope.id AND h.deleted_at IS NULL AND h.inventory IS NOT NULL
+    JOIN hosts h ON h.id = scope.id AND h.deleted_at IS NULL AND h.inventory IS NOT NULL AND ${OFFERS_GPU_WORK}
     CROSS JOIN LATERAL (
       SELECT COALESCE((h.inventory->'host'->'cpu'->>'threads')::int, (h.inventory->'host'->'cpu'->>'cores')::int) AS cpu_threads,
              (h.inventory->'host'->>'memoryBytes')::float8 / 1073741824 AS memory_gb,
@@ -115,8 +130,8 @@ const UPSERT_ROWS_SQL = `
         FROM (SELECT ${TYPE_OF_DEVICE} AS gpu_type, (d->>'index')::int AS idx, d->>'uuid' AS uuid
                 FROM jsonb_array_elements(
                        CASE WHEN jsonb_typeof(h.inventory->'gpus'->'devices') = 'array' THEN h.inventory->'gpus'->'devices'
-                            ELSE '[]'::jsonb END) AS d) AS x
-       WHERE x.gpu_type IS NOT NULL
+                            ELSE '[]'::jsonb END) AS d
+               WHERE ${OFFERED_DEVICE}) AS x
        GROUP BY x.gpu_type
     ) AS g
   ON CONFLICT (host_id, gpu_type) DO UPDATE SET
@@ -137,6 +152,15 @@ const DELETE_STALE_SQL = `
   DELETE FROM host_allocations a
    WHERE a.host_id IN (SELECT id FROM scope)
      AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.id = a.host_id AND h.deleted_at IS NULL AND h.inventory IS NOT NULL)`;
+
+/**
+ * Allocation rows of hosts in `$1` left without capacity rows (no GPU offered any more: the NVIDIA runtime
+ * gone, every GPU in MIG mode): kept, the sync would find them changed on every pass.
+ */
+const DELETE_ORPHAN_ALLOCATIONS_SQL = `
+  DELETE FROM host_allocations a
+   WHERE a.host_id IN (SELECT jsonb_array_elements_text($1::jsonb))
+     AND NOT EXISTS (SELECT 1 FROM host_capacity c WHERE c.host_id = a.host_id)`;
 
 /** Reservations of clusters that are no longer pending (placed, deleted, stopped): they already count for nothing. */
 const CLEAR_VOID_RESERVATIONS_SQL = `
@@ -174,6 +198,7 @@ export async function syncCapacity(db: Database): Promise<void> {
       await tx.$executeRawUnsafe('LOCK TABLE host_capacity, host_allocations IN EXCLUSIVE MODE');
       await tx.$executeRawUnsafe(UPSERT_ROWS_SQL, scope);
       await tx.$executeRawUnsafe(DELETE_STALE_SQL, scope);
+      await tx.$executeRawUnsafe(DELETE_ORPHAN_ALLOCATIONS_SQL, scope);
       await tx.$executeRawUnsafe(REFRESH_SQL, scope);
     },
     { maxWait: 10_000, timeout: 60_000 },

@@ -37,12 +37,14 @@ const request = (overrides: Partial<PlacementRequest> = {}): PlacementRequest =>
 describe('GPU type mapping', () => {
   it.each([
     ['NVIDIA H100 80GB HBM3', 'H100'],
-    ['NVIDIA H100 PCIe', 'H100'],
+    ['NVIDIA H100 PCIe', 'H100_PCIE'],
     ['NVIDIA A100-SXM4-80GB', 'A100'],
+    ['NVIDIA A100-SXM4-40GB', 'A100_40GB'],
     ['NVIDIA GeForce RTX 4090', 'RTX4090'],
     ['Tesla V100-SXM2-16GB', 'V100'],
     ['Tesla T4', 'T4'],
-    ['NVIDIA L40S', null],
+    ['NVIDIA L40S', 'L40S'],
+    ['NVIDIA L40', null],
     ['NVIDIA RTX A6000', null],
   ])('%s → %s', (name, type) => {
     expect(gpuTypeOf(name)).toBe(type);

@@ -1,6 +1,7 @@
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import { type DcgmDevice, DcgmGauges } from './dcgm-gauges.ts';
 
 /** Samples older than this do not feed the per-GPU gauges: a silent GPU shows no value, not a stale one. */
 const GPU_GAUGE_MAX_AGE_MS = 5 * 60_000;
@@ -39,6 +40,7 @@ export class ControlPlaneMetrics {
   readonly #gpuMemoryUsed: Gauge<'host_id' | 'gpu_uuid' | 'gpu_index'>;
   readonly #gpuMemoryTotal: Gauge<'host_id' | 'gpu_uuid' | 'gpu_index'>;
   readonly #workloads: Gauge<'phase' | 'desired'>;
+  readonly #dcgm: DcgmGauges;
   #sources: PrometheusSources | null = null;
 
   constructor(options: { processMetrics?: boolean } = {}) {
@@ -158,6 +160,7 @@ export class ControlPlaneMetrics {
       labelNames: gpuLabels,
       registers,
     });
+    this.#dcgm = new DcgmGauges(this.registry);
     this.#workloads = new Gauge({
       name: 'anvil_workloads',
       help: 'Workloads (containers the fleet should run or ran) by phase and desired state',
@@ -179,7 +182,7 @@ export class ControlPlaneMetrics {
 
   async #refresh({ db, clock, connectedAgents }: PrometheusSources): Promise<void> {
     const now = clock.now();
-    const [hosts, gpus, gpuSamples, workloads] = await Promise.all([
+    const [hosts, gpus, gpuSamples, workloads, devices, health] = await Promise.all([
       db.sql.query<{
         id: string;
         name: string;
@@ -203,6 +206,17 @@ export class ControlPlaneMetrics {
       ),
       db.sql.query<{ phase: string; desired: string; n: string | number }>(
         'SELECT phase, desired, count(*) AS n FROM workloads GROUP BY 1, 2',
+      ),
+      db.sql.query<DcgmDevice>(
+        `SELECT h.id AS "hostId", h.hostname, (d->>'index')::int AS index, d->>'uuid' AS uuid, d->>'name' AS name
+         FROM hosts h CROSS JOIN LATERAL jsonb_array_elements(
+           CASE WHEN jsonb_typeof(h.inventory->'gpus'->'devices') = 'array' THEN h.inventory->'gpus'->'devices'
+                ELSE '[]'::jsonb END) AS d
+         WHERE h.deleted_at IS NULL`,
+      ),
+      db.sql.query<{ host_id: string; gpu_index: number; state: string }>(
+        `SELECT g.host_id, g.gpu_index, g.state FROM host_gpu_health g JOIN hosts h ON h.id = g.host_id
+         WHERE h.deleted_at IS NULL`,
       ),
     ]);
 
@@ -243,6 +257,17 @@ export class ControlPlaneMetrics {
       set(this.#gpuMemoryUsed, data['memoryUsedBytes']);
       set(this.#gpuMemoryTotal, data['memoryTotalBytes']);
     }
+
+    this.#dcgm.set(
+      devices,
+      new Map(
+        gpuSamples.map((row) => [
+          row.series,
+          (typeof row.data === 'string' ? JSON.parse(row.data) : row.data) as Record<string, unknown>,
+        ]),
+      ),
+      new Map(health.map((row) => [`${row.host_id}#${row.gpu_index}`, row.state])),
+    );
 
     this.#workloads.reset();
     for (const row of workloads)

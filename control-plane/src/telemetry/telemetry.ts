@@ -3,6 +3,7 @@ import { cleanJson, cleanText } from '../agents/sanitize.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import { BatchWriter } from './batch-writer.ts';
+import { gpuHealthFigures } from './gpu-health-figures.ts';
 import type { ControlPlaneMetrics } from './prometheus.ts';
 
 /**
@@ -151,6 +152,7 @@ export function metricRows(hostId: string, sample: MetricSample): MetricRow[] {
     put(data, 'smClockMhz', gpu.smClockMhz);
     put(data, 'memoryClockMhz', gpu.memoryClockMhz);
     put(data, 'processCount', gpu.processes.length);
+    for (const [key, value] of Object.entries(gpuHealthFigures(gpu.health))) put(data, key, value);
     const info = gpu.processes.length > 0 ? cleanJson({ processes: gpu.processes }) : null;
     rows.push({ host_id: hostId, kind: 'gpu', series: cleanText(gpu.uuid, 128), at, data, info });
   }

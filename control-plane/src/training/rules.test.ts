@@ -64,7 +64,7 @@ describe('job configuration', () => {
         details: { field: 'config.training.epochs', reason: 'must be an integer >= 1' },
       }),
     );
-    expect(() => jobInputOf({ ...body(0.01), gpuType: 'h200' })).toThrow(
+    expect(() => jobInputOf({ ...body(0.01), gpuType: 'b200' })).toThrow(
       expect.objectContaining({ code: 'CONFIGURATION_ERROR' }),
     );
     const base = jobInputOf(body(0.01));

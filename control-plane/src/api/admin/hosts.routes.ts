@@ -9,6 +9,7 @@ import {
   CreateJoinTokenBody,
   DeleteHostQuery,
   HostDetailRecord,
+  HostGpuParams,
   HostIdParams,
   HostRecord,
   HostWorkload,
@@ -178,6 +179,68 @@ export const adminHostRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }>
     async (request) => {
       const host = await fleet.hosts.uncordon(request.params.host_id);
       return { host, message: `host ${host.id} uncordoned` };
+    },
+  );
+
+  app.post(
+    '/v2/admin/hosts/:host_id/gpus/:index/reset-health',
+    {
+      config,
+      schema: {
+        tags,
+        summary: "Reset a GPU's kept health to healthy (after the board was checked, reseated or replaced)",
+        description:
+          'The control plane keeps the worst health state each GPU reported (healthy < degraded < failed) until ' +
+          'an operator resets it here: a GPU that threw XID 79 once may look fine on its next sample and fail the ' +
+          'next job. A failed GPU is not offered to placement (the host keeps taking work on its other GPUs); ' +
+          'clusters on it carry the reason in status_reason and, with ANVIL_FAILED_GPU_POLICY=stop, were failed. ' +
+          'The reset makes the GPU schedulable again and takes the reason back from clusters still on it; if the ' +
+          'agent still reports the fault, the GPU turns degraded or failed again with its next sample. Recorded in ' +
+          "the operators' audit log (type fleet_change). Operators only; 404 when the host or GPU index is unknown.",
+        params: HostGpuParams,
+        response: {
+          200: Type.Object({
+            host: Type.Ref('HostDetail'),
+            previous: Type.Union(
+              [
+                Type.Object({
+                  state: Type.String(),
+                  reasons: Type.Array(
+                    Type.Object(
+                      { code: Type.String(), message: Type.String() },
+                      { additionalProperties: true },
+                    ),
+                  ),
+                }),
+                Type.Null(),
+              ],
+              { description: 'The kept health before the reset; null when the GPU never reported any' },
+            ),
+            changed: Type.Boolean({
+              description: 'False when the GPU was healthy (or never reported) already',
+            }),
+            message: Type.String(),
+          }),
+          ...flatErrors(400, 401, 403, 404, 429),
+        },
+      },
+    },
+    async (request) => {
+      const principal = request.principal!;
+      const { host_id: hostId, index } = request.params;
+      const { previous, change } = await fleet.gpuHealth.reset(hostId, index, {
+        userId: principal.userId,
+        ip: request.ip,
+      });
+      const host = await fleet.hosts.get(hostId);
+      return {
+        host,
+        previous,
+        changed: change !== null,
+        message: change
+          ? `GPU ${index} of host ${hostId} reset from ${change.from} to healthy`
+          : `GPU ${index} of host ${hostId} was not degraded or failed; nothing to reset`,
+      };
     },
   );
 

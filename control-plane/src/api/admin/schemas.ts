@@ -68,7 +68,49 @@ export const CreatedJoinToken = Type.Object({
 
 export const JoinTokenIdParams = Type.Object({ token_id: Type.String({ maxLength: 64 }) });
 export const HostIdParams = Type.Object({ host_id: Type.String({ maxLength: 64 }) });
+export const HostGpuParams = Type.Object({
+  host_id: Type.String({ maxLength: 64 }),
+  index: Type.Integer({
+    minimum: 0,
+    maximum: 1023,
+    description: 'The GPU index as NVML numbers it on the host',
+  }),
+});
 export const WorkloadIdParams = Type.Object({ workload_id: Type.String({ maxLength: 128 }) });
+
+const GpuHealthReasonRecord = Type.Object({
+  code: Type.String({ description: 'xid_<n>, ecc_uncorrected_volatile, row_remap_failure, gpu_lost, ...' }),
+  severity: Type.Union([Type.Literal('degraded'), Type.Literal('failed')]),
+  message: Type.String(),
+  source: Type.String({ description: 'The NVML call the evidence came from' }),
+  since: Type.Number({ description: 'Epoch ms the agent first saw it' }),
+});
+
+export const GpuDeviceRecord = Type.Object({
+  index: Type.Integer(),
+  uuid: Type.String(),
+  name: Type.String({ description: 'As NVML names it' }),
+  boardType: Nullable(
+    Type.String({ description: 'The catalogue board ("H100 SXM"); null when not in the catalogue' }),
+  ),
+  gpuType: Nullable(
+    Type.String({ description: 'The gpu_type that asks for this board; null when none does' }),
+  ),
+  migEnabled: Nullable(
+    Type.Boolean({ description: 'MIG mode on: not offered as a whole GPU. null: unknown' }),
+  ),
+  schedulable: Type.Boolean({
+    description:
+      'Placement may use it: a catalogue board, not in MIG mode, not failed, on a host offered GPU work',
+  }),
+  health: Nullable(
+    Type.Object({
+      state: Type.Union([Type.Literal('healthy'), Type.Literal('degraded'), Type.Literal('failed')]),
+      reasons: Type.Array(GpuHealthReasonRecord),
+      since: DateTime,
+    }),
+  ),
+});
 
 const HostFields = {
   id: Type.String({ description: 'host_<id>' }),
@@ -124,6 +166,21 @@ const HostFields = {
     nvidiaRuntime: Type.Boolean(),
     error: Nullable(Type.String()),
   }),
+  gpuDevices: Type.Array(GpuDeviceRecord, {
+    description:
+      'Each inventory GPU: its board in the catalogue (boardType, and the gpu_type customers ask for), MIG mode, ' +
+      'whether placement may use it as a whole GPU, and its kept health (the worst state the agent reported ' +
+      'since the last reset: POST /v2/admin/hosts/{host_id}/gpus/{index}/reset-health). health is null while ' +
+      'the agent has sent no health for the GPU (older agents, simulated GPUs).',
+  }),
+  gpuWork: Type.Object(
+    { offered: Type.Boolean(), reason: Nullable(Type.String()) },
+    {
+      description:
+        'Whether GPU work is placed on this host at all. A host with real GPUs whose Docker has no NVIDIA ' +
+        'container runtime is not offered any: reason says what is missing and how to fix it.',
+    },
+  ),
   isolation: Nullable(
     Type.Object(
       {

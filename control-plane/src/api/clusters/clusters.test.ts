@@ -180,7 +180,7 @@ describe('cluster API: placement, errors, bad input, isolation', () => {
   it.each([
     [{}, 'name'],
     [{ name: '' }, 'name'],
-    [{ name: 'x', gpu_type: 'H200' }, 'gpu_type'],
+    [{ name: 'x', gpu_type: 'B200' }, 'gpu_type'],
     [{ name: 'x', gpu_count: 0 }, 'gpu_count'],
     [{ name: 'x', gpu_count: 1.5 }, 'gpu_count'],
     [{ name: 'x', cpu_cores: 0 }, 'cpu_cores'],
@@ -214,7 +214,7 @@ describe('cluster API: placement, errors, bad input, isolation', () => {
     ['page=0', ['page']],
     ['page=abc&limit=x', ['page', 'limit']],
     ['status=sleeping', ['status']],
-    ['gpu_type=H200', ['gpu_type']],
+    ['gpu_type=B200', ['gpu_type']],
     ['region=moon', ['region']],
     ['sort_by=price', ['sort_by']],
     ['sort_order=up', ['sort_order']],
@@ -349,7 +349,7 @@ describe('cluster API: placement, errors, bad input, isolation', () => {
       ]),
     );
     expect(
-      (await call(t, { method: 'PUT', url: '/v2/admin/gpu-prices', payload: { prices: { H200: 1 } } }))
+      (await call(t, { method: 'PUT', url: '/v2/admin/gpu-prices', payload: { prices: { B200: 1 } } }))
         .statusCode,
     ).toBe(400);
     const other = await addAccount(t);

@@ -3,7 +3,15 @@ import { CREATE_DEFAULTS, LIMITS, LIST_PARAMETERS } from '../../clusters/request
 import { GPU_TYPES, REGIONS } from '../../scheduler/gpu-types.ts';
 import { DateTime, Nullable, NullableDateTime } from '../accounts/common.ts';
 
-const GpuType = Type.Union(GPU_TYPES.map((t) => Type.Literal(t)));
+const GpuType = Type.Union(
+  GPU_TYPES.map((t) => Type.Literal(t)),
+  {
+    description:
+      "The spec's A100 (80 GB), H100 (SXM), RTX4090, V100, T4, and the boards it does not list: H200, H100_PCIE, " +
+      'A100_40GB, L40S, A10. Hosts are matched by their GPUs\' NVML names (board catalogue: README, "GPU ' +
+      'health, boards and the NVIDIA runtime"); MIG-enabled and failed GPUs are not offered.',
+  },
+);
 
 export const ClusterParams = Type.Object({
   cluster_id: Type.String({ minLength: 1, maxLength: 128, description: 'cluster_<id>' }),

@@ -163,7 +163,7 @@ describe('serverless endpoint API: CRUD, bounds, placement, isolation', () => {
     const created = await create({ name: 'x', configuration: { workerCount: 99 } });
     expect(created.statusCode).toBe(400);
     expect(created.json().details).toMatchObject({ field: 'workerCount', maximum: 50 });
-    expect((await create({ name: 'x', gpuType: 'H200' })).statusCode).toBe(400);
+    expect((await create({ name: 'x', gpuType: 'B200' })).statusCode).toBe(400);
     expect((await create({ name: 'x', image: undefined })).json()).toMatchObject({
       error: 'VALIDATION_ERROR',
       details: { field: 'image' },

@@ -383,7 +383,7 @@ describe('cluster templates API', () => {
       ],
       [
         'bad gpu type',
-        minimal('x', { default_configuration: { gpu_type: 'H200' } }),
+        minimal('x', { default_configuration: { gpu_type: 'B200' } }),
         'default_configuration.gpu_type',
       ],
       [

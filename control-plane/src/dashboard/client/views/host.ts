@@ -2,6 +2,7 @@ import { type Child, h, replace } from '../dom.ts';
 import { ago, bytes, number, percent } from '../format.ts';
 import type { GpuDevice, HostDetail, MetricPoint } from '../types.ts';
 import type { View, ViewContext } from '../view.ts';
+import { gpuHealthSection } from './gpu-health.ts';
 import { hostActions, statusBadge } from './host-actions.ts';
 import { hostCharts } from './host-charts.ts';
 import { hostTimeline } from './host-timeline.ts';
@@ -141,6 +142,7 @@ function render(
             }),
           ),
         ),
+    gpuHealthSection(host, context, refresh),
     h('h3', null, `Workloads (${host.workloadList.length})`),
     host.workloadList.length === 0
       ? h('p', { class: 'muted' }, 'Nothing runs here.')
