@@ -1487,11 +1487,17 @@ var joinToken = {
   },
   examples: ["anvil join-token", "anvil join-token --uses 10 --expires-in 86400 --description rack-4"],
   async run(context, { values }) {
-    const uses = values["uses"];
-    const expires = values["expires-in"];
+    const whole = (name) => {
+      const text = values[name];
+      if (text !== void 0 && !/^\d+$/.test(text))
+        throw new UsageError(`--${name} takes a whole number, got "${text}"`);
+      return text === void 0 ? void 0 : Number(text);
+    };
+    const uses = whole("uses");
+    const expires = whole("expires-in");
     const body2 = {
-      ...uses === void 0 ? {} : { maxUses: uses === "0" ? null : Number(uses) },
-      ...expires === void 0 ? {} : { expiresIn: Number(expires) },
+      ...uses === void 0 ? {} : { maxUses: uses === 0 ? null : uses },
+      ...expires === void 0 ? {} : { expiresIn: expires },
       ...values["description"] ? { description: values["description"] } : {}
     };
     const created = await context.api().call(

@@ -1,12 +1,17 @@
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ApiClient } from '../../cli/src/api.ts';
 import { COMMANDS } from '../../cli/src/commands/index.ts';
+import { DatasetUploader, progressBar, stateDir } from '../../cli/src/upload.ts';
 import { addMember } from '../../control-plane/src/testing/accounts.ts';
 import { createTestApp, freePort, type TestApp } from '../../control-plane/src/testing/index.ts';
 import { builtCli, cliInProcess, cliProcess, runProcess } from './run-cli.ts';
+
+const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
 
 /**
  * The CLI's own behaviour against the real control plane over loopback: login and profiles, exit codes,
@@ -30,7 +35,7 @@ describe('anvil CLI: profiles, exit codes, output', () => {
     dir = mkdtempSync(join(tmpdir(), 'anvil-cli-'));
     home = join(dir, 'home');
     env = { HOME: home, PATH: process.env['PATH'] ?? '' };
-    t = await createTestApp();
+    t = await createTestApp({ env: { ANVIL_DATA_DIR: join(dir, 'data') } });
     url = await t.app.listen({ host: '127.0.0.1', port: 0 });
     ({ bundle, bin } = await builtCli(dir));
   }, 120_000);
@@ -141,6 +146,87 @@ describe('anvil CLI: profiles, exit codes, output', () => {
     const json = JSON.parse((await anvil(['datasets', 'list', '--json'])).stdout);
     expect(json).toEqual([expect.objectContaining({ name: 'table-test', status: 'uploading' })]);
     expect(JSON.parse((await anvil(['clusters', 'list', '--json'])).stdout)).toEqual([]);
+  });
+
+  it('resumes an interrupted multipart upload when the same command runs again', async () => {
+    const file = join(dir, 'resume.jsonl');
+    const line = (i: number) => `${JSON.stringify({ prompt: `q${i}`, completion: 'y'.repeat(200) })}\n`;
+    writeFileSync(file, Array.from({ length: 26_000 }, (_, i) => line(i)).join(''));
+    const bytes = readFileSync(file);
+    const created = await t.app.inject({
+      method: 'POST',
+      url: '/v2/training/datasets',
+      headers: t.auth(),
+      payload: { name: 'resume', type: 'text', format: 'jsonl' },
+    });
+    const datasetId = created.json().id as string;
+    // The first run loses its connection before the second part (its fetch fails as a dropped one does).
+    const runEnv = { ...env, ANVIL_URL: url, ANVIL_API_KEY: t.ownerKey };
+    const dropping: typeof fetch = (input, init) =>
+      String(input).includes('/parts/2') ? Promise.reject(new TypeError('fetch failed')) : fetch(input, init);
+    const api = new ApiClient(url, t.ownerKey, dropping);
+    const first = new DatasetUploader(api, runEnv, { start() {}, add() {}, done() {} }, () => {});
+    const target = { datasetId, uploadPath: '/v2/training/uploads' };
+    const plan = { file, size: bytes.length, multipartAbove: 1024 * 1024, partSize: 5 * 1024 * 1024 };
+    await expect(first.upload(target, plan)).rejects.toThrow(/cannot reach/);
+    expect(readdirSync(stateDir(runEnv))).toHaveLength(1);
+    expect(statSync(join(stateDir(runEnv), readdirSync(stateDir(runEnv))[0]!)).mode & 0o777).toBe(0o600);
+
+    const again = await anvil(
+      ['datasets', 'upload', file, '--multipart-above', '1MiB', '--wait', '--json'],
+      runEnv,
+    );
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stderr).toMatch(/resuming upload dsup_\w+: 1 of 2 parts already uploaded/);
+    expect(JSON.parse(again.stdout)).toMatchObject({
+      id: datasetId,
+      status: 'ready',
+      checksum: sha256(bytes),
+    });
+    expect(readdirSync(stateDir(runEnv))).toEqual([]);
+  });
+
+  it('draws a progress bar on a terminal only', () => {
+    let drawn = '';
+    const bar = progressBar({ isTTY: true, write: (text: string) => (drawn += text) }, 'train.jsonl');
+    bar.start(4 * 1024 * 1024, 1024 * 1024);
+    bar.add(3 * 1024 * 1024);
+    bar.done();
+    expect(drawn).toMatch(/^\rtrain\.jsonl \[#{8}\.{22}\] {2}25% 1\.0\/4\.0 MiB/);
+    expect(drawn).toMatch(/\rtrain\.jsonl \[#{30}\] 100% 4\.0\/4\.0 MiB [\d.]+ MiB\/s \n$/);
+    let piped = '';
+    const quiet = progressBar({ write: (text: string) => (piped += text) }, 'x');
+    quiet.start(10, 0);
+    quiet.add(10);
+    quiet.done();
+    expect(piped).toBe('');
+  });
+
+  it('serves operators: hosts and join tokens; other members get exit 4; training jobs list and refusals', async () => {
+    const token = await anvil(['join-token', '--uses', '2', '--json'], { ANVIL_PROFILE: 'default' });
+    expect(token.code, token.stderr).toBe(0);
+    const created = JSON.parse(token.stdout);
+    expect(created.value).toMatch(/^anvjt_/);
+    expect(created.token.maxUses).toBe(2);
+    const human = await anvil(['join-token']);
+    expect(human.stdout).toMatch(
+      /^Join token \S+ \(shown once\):\n {2}anvjt_\S+\nOn the GPU server:\n {2}.*--join-token anvjt_/,
+    );
+    expect((await anvil(['hosts', 'list'])).stdout).toMatch(
+      /^ID\s+NAME\s+STATE\s+CONNECTED\s+GPUS\s+MEMORY\s+AGENT\s+HEARTBEAT\n$/,
+    );
+    const developer = await addMember(t, { role: 'developer' });
+    const refused = await anvil(['hosts', 'list'], { ANVIL_API_KEY: developer.key });
+    expect(refused.code).toBe(4);
+    expect((await anvil(['join-token', '--uses', 'many'])).code).toBe(2);
+
+    expect((await anvil(['jobs', 'list'])).stdout).toMatch(/^ID\s+NAME\s+STATUS\s+GPUS\s+PROGRESS\s+AGE\n$/);
+    const bad = await anvil(['jobs', 'create', '--data', '{"name":"x","maxWorkers":0}']);
+    expect(bad.code).toBe(6);
+    expect(bad.stderr).toMatch(/^anvil: .+ \(VALIDATION_ERROR, HTTP 400, request [\w-]+\)\n$/);
+    expect((await anvil(['jobs', 'create', '--data', '{nope'])).code).toBe(2);
+    expect((await anvil(['jobs', 'stop', 'job_nope'])).code).toBe(5);
+    expect((await anvil(['clusters', 'start', 'cluster_nope'])).code).toBe(5);
   });
 
   it('documents every command with --help and examples; the built bundle runs with node alone', async () => {

@@ -1,5 +1,5 @@
 import type { Command } from '../command.ts';
-import { EXIT } from '../exit-codes.ts';
+import { EXIT, UsageError } from '../exit-codes.ts';
 import { bytes, table } from '../output.ts';
 import { age } from './resolve.ts';
 
@@ -113,11 +113,17 @@ const joinToken: Command = {
   },
   examples: ['anvil join-token', 'anvil join-token --uses 10 --expires-in 86400 --description rack-4'],
   async run(context, { values }) {
-    const uses = values['uses'] as string | undefined;
-    const expires = values['expires-in'] as string | undefined;
+    const whole = (name: string) => {
+      const text = values[name] as string | undefined;
+      if (text !== undefined && !/^\d+$/.test(text))
+        throw new UsageError(`--${name} takes a whole number, got "${text}"`);
+      return text === undefined ? undefined : Number(text);
+    };
+    const uses = whole('uses');
+    const expires = whole('expires-in');
     const body = {
-      ...(uses === undefined ? {} : { maxUses: uses === '0' ? null : Number(uses) }),
-      ...(expires === undefined ? {} : { expiresIn: Number(expires) }),
+      ...(uses === undefined ? {} : { maxUses: uses === 0 ? null : uses }),
+      ...(expires === undefined ? {} : { expiresIn: expires }),
       ...(values['description'] ? { description: values['description'] } : {}),
     };
     const created = await context
