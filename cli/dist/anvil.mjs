@@ -804,7 +804,7 @@ function completeCommand(commands) {
       if (command?.args?.startsWith("<cluster")) {
         try {
           const timeout = new Promise(
-            (_, fail) => setTimeout(() => fail(new Error("timeout")), 2e3).unref()
+            (_, fail) => setTimeout(() => fail(new Error("timeout")), 5e3).unref()
           );
           const clusters = await Promise.race([listClusters(context.api()), timeout]);
           lines.push(...clusters.map((c) => c.name));

@@ -75,9 +75,9 @@ export function completeCommand(commands: () => readonly Command[]): Command {
       const lines = [...candidates];
       if (command?.args?.startsWith('<cluster')) {
         try {
-          // A completion must not hang on a slow control plane: names after 2 s are left out.
+          // A completion must not hang on a slow control plane: names are left out after 5 s.
           const timeout = new Promise<never>((_, fail) =>
-            setTimeout(() => fail(new Error('timeout')), 2000).unref(),
+            setTimeout(() => fail(new Error('timeout')), 5000).unref(),
           );
           const clusters = await Promise.race([listClusters(context.api()), timeout]);
           lines.push(...clusters.map((c) => c.name));
