@@ -241,7 +241,7 @@ describe.skipIf(!dockerAvailable())('anvil CLI end to end', () => {
     });
   });
 
-  it('creates an endpoint and runs jobs on it, synchronously and not; a failed job exits 9; worker logs', {
+  it('creates an endpoint and runs jobs on it, synchronously and not; a failed job exits 9; worker logs; stop, start and delete', {
     timeout: 600_000,
   }, async () => {
     const body = JSON.stringify({ command: await workerCommand(), configuration: { timeoutSeconds: 60 } });
@@ -279,6 +279,11 @@ describe.skipIf(!dockerAvailable())('anvil CLI end to end', () => {
     expect((await ok(['endpoints', 'delete', created.id, '--yes'])).stdout).toContain(
       `${created.id} deleted`,
     );
+    // The cluster stops (its volume kept) and starts again.
+    expect(JSON.parse((await ok(['clusters', 'stop', 'cli-dev', '--wait', '--json'])).stdout)).toMatchObject({
+      status: 'stopped',
+    });
+    expect((await ok(['clusters', 'start', 'cli-dev', '--wait'])).stdout).toMatch(/^cluster_\w+ running\n$/);
     const gone = await anvil(['clusters', 'delete', 'cli-dev', '--yes', '--wait', '--force']);
     expect(gone.code, gone.stderr).toBe(0);
     const after = await anvil(['clusters', 'get', 'cli-dev']);
