@@ -47,6 +47,7 @@ export default defineConfig({
             'shared/src/**/*.test.ts',
             'control-plane/src/**/*.test.ts',
             'agent/src/**/*.test.ts',
+            'cli/src/**/*.test.ts',
             'test/**/*.test.ts',
           ],
           env: { ANVIL_TEST_DB: 'pglite' },
