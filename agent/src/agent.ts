@@ -80,6 +80,8 @@ export interface AgentOptions {
   diskMeasureMs?: number;
   /** ANVIL_DIRECT_PORTS_ADDRESS and its range; absent: no port is published on the host. */
   directPorts?: DirectPorts | null;
+  /** ANVIL_RENDEZVOUS_ADDRESS; absent: this host takes single-host training gangs only. */
+  rendezvousAddress?: string | null;
 }
 
 export interface Agent {
@@ -149,7 +151,13 @@ export function createAgent(options: AgentOptions): Agent {
     const network = options.docker
       ? await firewall.probe()
       : { enforced: false, reason: 'the agent has no Docker client to make account networks with' };
-    return { host, gpus, docker, isolation: { network, diskQuota: storageQuota } };
+    return {
+      host,
+      gpus,
+      docker,
+      isolation: { network, diskQuota: storageQuota },
+      rendezvousAddress: options.rendezvousAddress ?? null,
+    };
   }
 
   function sendActualState(): void {
@@ -203,10 +211,12 @@ export function createAgent(options: AgentOptions): Agent {
             docker: options.docker,
             hostId,
             firewall,
+            rendezvousAddress: options.rendezvousAddress ?? null,
             logger: logger.child({ component: 'networks' }),
           })
         : null,
       directPorts: options.directPorts ?? null,
+      rendezvousAddress: options.rendezvousAddress ?? null,
       storageQuota: storageQuota.enforced,
       ...(disk ? { diskUsage: (id: string) => disk.usage(id) } : {}),
       onPass: () => {

@@ -70,6 +70,7 @@ async function main(): Promise<number> {
     host: systemHost,
     logger,
     directPorts: directPortsOf(config),
+    rendezvousAddress: config.rendezvousAddress,
   });
 
   const abort = new AbortController();

@@ -9,7 +9,13 @@ import { syncCapacity } from '../scheduler/capacity.ts';
 import { listOrderBy } from '../util/list-order.ts';
 import { type CreateJobRequest, type JobInput, jobInputOf } from './config.ts';
 import { CHECKPOINT_DIR } from './contract.ts';
-import { type Launcher, type LaunchOutcome, type PlacedWorker, workerSpec } from './launcher.ts';
+import {
+  type Launcher,
+  type LaunchOutcome,
+  type PlacedWorker,
+  type WorkerSpecOf,
+  workerSpec,
+} from './launcher.ts';
 import type { ReportReader } from './reports.ts';
 import { loadJobUsage } from './summary.ts';
 import { viewJob, viewJobListItem, viewShortCreated } from './view.ts';
@@ -231,8 +237,8 @@ export class TrainingService {
       ? await this.db.prisma.trainingCheckpoint.findUnique({ where: { id: job.resumeFrom } })
       : null;
     const resumePath = checkpoint ? `${CHECKPOINT_DIR}/${checkpoint.path}` : null;
-    const specOf = (row: TrainingJob, worker: Omit<PlacedWorker, 'staleContainerId'>) =>
-      workerSpec(row, worker, row.attempt, resumePath, dataset?.format ?? null);
+    const specOf: WorkerSpecOf = (row, worker, rendezvous) =>
+      workerSpec(row, worker, row.attempt, resumePath, dataset?.format ?? null, rendezvous);
     let outcome = await this.d.launcher.place(jobId, specOf);
     if (outcome.kind === 'impossible') {
       await syncCapacity(this.db);
