@@ -25,6 +25,7 @@ import { proxyRoutes } from './api/proxy/routes.ts';
 import { secretRoutes } from './api/secrets/routes.ts';
 import { templateRoutes } from './api/templates/routes.ts';
 import { terminalRoutes } from './api/terminal/routes.ts';
+import { adminTrainingRecipeRoutes, trainingRecipeRoutes } from './api/training-jobs/recipes.routes.ts';
 import { trainingJobRoutes } from './api/training-jobs/routes.ts';
 import { tuningRoutes } from './api/training-jobs/tune.routes.ts';
 import { usageRoutes } from './api/usage/routes.ts';
@@ -132,6 +133,8 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(executionRoutes, { context });
   await app.register(trainingJobRoutes, { context });
   await app.register(tuningRoutes, { context });
+  await app.register(trainingRecipeRoutes, { context });
+  await app.register(adminTrainingRecipeRoutes, { context });
   await app.register(experimentRoutes, { context });
   await app.register(agentDownloadRoutes, { context });
 

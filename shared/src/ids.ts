@@ -54,6 +54,7 @@ export type IdPrefix =
   | 'dsup'
   | 'job'
   | 'ckpt'
+  | 'rcp'
   | 'tune'
   | 'exp'
   | 'run'

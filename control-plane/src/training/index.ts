@@ -6,6 +6,7 @@ import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
 import { trainingSpecResolver } from './dataset-files.ts';
 import { Launcher } from './launcher.ts';
+import { TrainingRecipes } from './recipes.ts';
 import { ReportReader } from './reports.ts';
 import { type TrainingLogger, TrainingService } from './service.ts';
 import { TrainingSupervisor, type TrainingSupervisorOptions } from './supervisor.ts';
@@ -20,6 +21,7 @@ export interface Training {
   tuning: TuningService;
   supervisor: TrainingSupervisor;
   reports: ReportReader;
+  recipes: TrainingRecipes;
   useLogger(logger: Logger): void;
   start(): void;
   stop(): Promise<void>;
@@ -36,7 +38,8 @@ export function createTraining(deps: {
   let logger: TrainingLogger = { info() {}, warn() {}, error() {} };
   const launcher = new Launcher(deps.db, deps.clock, deps.fleet.events);
   const reports = new ReportReader(deps.db, deps.clock);
-  const service = new TrainingService({ ...deps, launcher, reports, logger: () => logger });
+  const recipes = new TrainingRecipes(deps.db, deps.clock);
+  const service = new TrainingService({ ...deps, launcher, reports, recipes, logger: () => logger });
   const supervisor = new TrainingSupervisor(
     { db: deps.db, clock: deps.clock, service, launcher, reports, logger: () => logger },
     deps.supervisor,
@@ -60,6 +63,7 @@ export function createTraining(deps: {
     tuning,
     supervisor,
     reports,
+    recipes,
     useLogger(next) {
       logger = next;
     },

@@ -16,6 +16,7 @@ import {
   STOP_GRACE_SECONDS,
 } from './contract.ts';
 import { couldEverFit, type GangRequest, type HostFree, planGang } from './placement.ts';
+import type { RecipeSnapshot } from './recipes.ts';
 
 type Tx = Prisma.TransactionClient;
 
@@ -65,7 +66,7 @@ export function workloadIdOf(jobId: string, attempt: number, rank: number): stri
 export function workerSpec(
   job: Pick<
     TrainingJob,
-    'id' | 'accountId' | 'workers' | 'parameters' | 'image' | 'command' | 'config' | 'datasetId'
+    'id' | 'accountId' | 'workers' | 'parameters' | 'image' | 'command' | 'config' | 'datasetId' | 'modelType'
   >,
   worker: { rank: number; workloadId: string; hostId: string; gpus: { index: number; uuid: string }[] },
   attempt: number,
@@ -98,6 +99,18 @@ export function workerSpec(
     ANVIL_DATASET_DIR: DATASET_DIR,
     ANVIL_DATASET_FILE: datasetFormat ? `${DATASET_DIR}/data.${datasetFormat}` : '',
   };
+  // Managed training (recipes.ts): what the recipe's entrypoint reads; set whenever the job names them.
+  const config = (job.config ?? {}) as Record<string, unknown>;
+  const named = (value: unknown) => (typeof value === 'string' ? value : '');
+  const recipe = config['recipe'] as RecipeSnapshot | undefined;
+  env['ANVIL_MODEL_TYPE'] = job.modelType;
+  env['ANVIL_BASE_MODEL'] =
+    named(config['baseModel']) ||
+    named((config['modelConfig'] as Record<string, unknown> | undefined)?.['baseModel']);
+  env['ANVIL_ARCHITECTURE'] = named(config['architecture']);
+  env['ANVIL_STRATEGY'] = named(config['strategy']);
+  env['ANVIL_RECIPE'] = recipe?.name ?? '';
+  env['ANVIL_WEIGHTS_PATH'] = recipe?.weightsPath ?? '';
   for (const [name, value] of Object.entries(parameters)) {
     if (value === null || typeof value === 'object') continue;
     env[hyperparameterEnvName(name)] = String(value);
