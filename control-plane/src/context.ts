@@ -203,7 +203,14 @@ export function createContext(
     publicUrl: config.publicUrl,
     allowPrivateWebhooks: config.outboundAllowPrivate,
   });
-  const training = createTraining({ db, clock, fleet, accounts, datasetStorage: datasets.storage });
+  const training = createTraining({
+    db,
+    clock,
+    fleet,
+    accounts,
+    datasetStorage: datasets.storage,
+    preemption: config.trainingPreemption,
+  });
   const context: AppContext = {
     config,
     db,

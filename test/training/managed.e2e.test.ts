@@ -7,6 +7,7 @@ import type { TestApp } from '../../control-plane/src/testing/app.ts';
 import { startClusterFleet, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
 import { dockerAvailable } from '../fixtures/images/docker.ts';
+import { TRAINER_SCRIPT } from './trainer.ts';
 
 /** The recipe's entrypoint: checks what managed training promises it, then "trains" (exits 0). */
 const RECIPE_SCRIPT = `
@@ -17,8 +18,9 @@ echo "trained $ANVIL_BASE_MODEL with $ANVIL_STRATEGY"
 `;
 
 /**
- * Managed training on one real host: recipes map a spec-shaped request onto an image and entrypoint;
- * a request no recipe runs is refused.
+ * Managed training on one real host (2 simulated GPUs): recipes map a spec-shaped request onto an image
+ * and entrypoint, a request no recipe runs is refused; a high-priority job preempts a low-priority one,
+ * which resumes from its checkpoint afterwards.
  */
 describe.skipIf(!dockerAvailable())('managed training', () => {
   let datasetsDir: string;
@@ -154,5 +156,85 @@ describe.skipIf(!dockerAvailable())('managed training', () => {
       expect(r.json().details.available.map((a: { name: string }) => a.name)).toEqual(['busybox-lora']);
     }
     expect(await t.context.db.prisma.trainingJob.count()).toBe(before);
+  });
+
+  it('a high-priority job preempts a low one, which checkpoints, waits and resumes from its checkpoint', {
+    timeout: 500_000,
+  }, async () => {
+    const create = async (
+      name: string,
+      priority: string,
+      gpus: number,
+      parameters: object,
+      epochs: number,
+    ) => {
+      const r = await call(t, {
+        method: 'POST',
+        url: '/v2/training/jobs',
+        payload: {
+          name,
+          modelType: 'custom',
+          datasetId,
+          priority,
+          config: {
+            image: BUSYBOX_IMAGE,
+            command: ['sh', '-c', TRAINER_SCRIPT],
+            gpusPerWorker: gpus,
+            training: { epochs, learning_rate: 0.01 },
+            parameters,
+          },
+        },
+      });
+      expect(r.statusCode, r.body).toBe(201);
+      return r.json();
+    };
+    const low = await create('low', 'low', 2, { steps_per_epoch: 30, step_seconds: 0.5 }, 2);
+    await waitFor(
+      'low running with reports',
+      async () => {
+        const j = await get(low.id);
+        return j.status === 'running' && j.progress.currentStep >= 2;
+      },
+      240_000,
+    );
+    const high = await create('high', 'high', 1, { steps_per_epoch: 2, step_seconds: 0.2 }, 1);
+    expect(high.status).toBe('queued');
+    const highDone = await waitFor(
+      'high finished',
+      async () => {
+        const j = await get(high.id);
+        return ['completed', 'failed'].includes(j.status) ? j : null;
+      },
+      240_000,
+    );
+    expect(highDone.status, highDone.statusReason).toBe('completed');
+    const lowDone = await waitFor(
+      'low finished after resuming',
+      async () => {
+        const j = await get(low.id);
+        return ['completed', 'failed', 'stopped'].includes(j.status) ? j : null;
+      },
+      300_000,
+    );
+    expect(lowDone.status, lowDone.statusReason).toBe('completed');
+    expect(lowDone.preemptions).toBe(1);
+    expect(lowDone.attempt).toBe(2);
+    expect(lowDone.resumedFrom).toMatch(/^ckpt_/);
+    expect(highDone.preemptions).toBe(0);
+    // Billing: the low job's session closed when it gave its GPUs and a new one opened when it resumed.
+    const sessions = (id: string) =>
+      t.context.db.prisma.usageRecord.findMany({ where: { resourceId: id, kind: 'gpu_compute' } });
+    const lowSessions = await sessions(low.id);
+    expect(lowSessions.map((s) => (s.metadata as { reason: string }).reason).sort()).toEqual([
+      'completed',
+      'preempted',
+    ]);
+    expect(await sessions(high.id)).toHaveLength(1);
+    const audit = await t.context.db.prisma.auditEvent.findMany({
+      where: { type: 'training_preemption', resourceId: low.id },
+    });
+    expect(audit.map((a) => (a.details as { preemptedBy: string }).preemptedBy)).toEqual([high.id]);
+    const events = await t.context.db.prisma.webhookEvent.findMany({ where: { type: 'training.preempted' } });
+    expect(events.map((e) => (e.data as { jobId: string }).jobId)).toEqual([low.id]);
   });
 });

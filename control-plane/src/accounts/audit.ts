@@ -3,7 +3,13 @@ import type { Clock } from '../auth/clock.ts';
 import type { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 
-export const AUDIT_TYPES = ['permission_change', 'access_denied', 'role_assignment'] as const;
+export const AUDIT_TYPES = [
+  'permission_change',
+  'access_denied',
+  'role_assignment',
+  // A training job gave its GPUs to one of higher priority (training/preemption.ts).
+  'training_preemption',
+] as const;
 export type AuditType = (typeof AUDIT_TYPES)[number];
 
 export const AUDIT_PERIODS = ['1d', '7d', '30d', '90d'] as const;

@@ -14,6 +14,10 @@ export const DATASET_DIR = '/anvil/dataset';
 export const CODE_PATH = '/anvil/code/train.py';
 /** A report is one stdout line: this marker, a space, then one JSON object. */
 export const REPORT_MARKER = 'ANVIL_REPORT';
+/** ANVIL_TRAINING_PREEMPTION: whose training work a queued job of higher priority may preempt. */
+export const PREEMPTION_POLICIES = ['off', 'same-account', 'any-account'] as const;
+export type PreemptionPolicy = (typeof PREEMPTION_POLICIES)[number];
+
 /** MASTER_PORT of a gang on one host (each container has its own network namespace, so no clash). */
 export const RENDEZVOUS_PORT = 29500;
 /** MASTER_PORTs of gangs across hosts: published on rank 0's host, one per gang there. */

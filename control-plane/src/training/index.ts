@@ -4,8 +4,10 @@ import type { Clock } from '../auth/clock.ts';
 import type { DatasetStorage } from '../datasets/storage.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
+import type { PreemptionPolicy } from './contract.ts';
 import { trainingSpecResolver } from './dataset-files.ts';
 import { Launcher } from './launcher.ts';
+import { Preemption } from './preemption.ts';
 import { TrainingRecipes } from './recipes.ts';
 import { ReportReader } from './reports.ts';
 import { type TrainingLogger, TrainingService } from './service.ts';
@@ -34,14 +36,24 @@ export function createTraining(deps: {
   accounts: AccountServices;
   datasetStorage: DatasetStorage;
   supervisor?: TrainingSupervisorOptions;
+  /** ANVIL_TRAINING_PREEMPTION (default same-account). */
+  preemption?: PreemptionPolicy;
 }): Training {
   let logger: TrainingLogger = { info() {}, warn() {}, error() {} };
   const launcher = new Launcher(deps.db, deps.clock, deps.fleet.events);
   const reports = new ReportReader(deps.db, deps.clock);
   const recipes = new TrainingRecipes(deps.db, deps.clock);
   const service = new TrainingService({ ...deps, launcher, reports, recipes, logger: () => logger });
+  const preemption = new Preemption({
+    db: deps.db,
+    clock: deps.clock,
+    audit: deps.accounts.audit,
+    policy: deps.preemption ?? 'same-account',
+    signal: (job, signal) => service.signal(job, signal),
+    logger: () => logger,
+  });
   const supervisor = new TrainingSupervisor(
-    { db: deps.db, clock: deps.clock, service, launcher, reports, logger: () => logger },
+    { db: deps.db, clock: deps.clock, service, launcher, reports, preemption, logger: () => logger },
     deps.supervisor,
   );
   const tuning = new TuningService({
