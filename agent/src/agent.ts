@@ -92,6 +92,8 @@ export interface AgentOptions {
   upgrader?: SelfUpgrader | null;
   /** Called after an upgrade was staged and its reply sent: the process should exit to run it. */
   onUpgraded?: (result: UpgradeResult) => void;
+  /** ANVIL_RENDEZVOUS_ADDRESS; absent: this host takes single-host training gangs only. */
+  rendezvousAddress?: string | null;
 }
 
 export interface Agent {
@@ -164,7 +166,13 @@ export function createAgent(options: AgentOptions): Agent {
     const network = options.docker
       ? await firewall.probe()
       : { enforced: false, reason: 'the agent has no Docker client to make account networks with' };
-    return { host, gpus, docker, isolation: { network, diskQuota: storageQuota } };
+    return {
+      host,
+      gpus,
+      docker,
+      isolation: { network, diskQuota: storageQuota },
+      rendezvousAddress: options.rendezvousAddress ?? null,
+    };
   }
 
   /** The inventory the last hello carried, and when it was gathered. */
@@ -247,10 +255,12 @@ export function createAgent(options: AgentOptions): Agent {
             docker: options.docker,
             hostId,
             firewall,
+            rendezvousAddress: options.rendezvousAddress ?? null,
             logger: logger.child({ component: 'networks' }),
           })
         : null,
       directPorts: options.directPorts ?? null,
+      rendezvousAddress: options.rendezvousAddress ?? null,
       storageQuota: storageQuota.enforced,
       ...(disk ? { diskUsage: (id: string) => disk.usage(id) } : {}),
       onPass: () => {

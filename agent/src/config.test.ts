@@ -32,6 +32,7 @@ describe('agent configuration', () => {
       allowInsecureControlPlane: false,
       directPortsAddress: null,
       directPortsRange: null,
+      rendezvousAddress: null,
       hostImages: [],
       installDir: null,
     });
@@ -44,6 +45,13 @@ describe('agent configuration', () => {
     await expect(config(['--control-plane', 'https://cp', '--install-dir', 'opt'])).rejects.toThrow(
       'install dir "opt": expected an absolute path',
     );
+  });
+
+  it('takes one IPv4 rendezvous address, never every address', async () => {
+    const env = (value: string) => ({ ANVIL_CONTROL_PLANE: 'https://cp', ANVIL_RENDEZVOUS_ADDRESS: value });
+    expect((await config([], env('10.0.0.5'))).rendezvousAddress).toBe('10.0.0.5');
+    await expect(config([], env('0.0.0.0'))).rejects.toThrow(/one IPv4 address/);
+    await expect(config([], env('cp.example.com'))).rejects.toThrow(/one IPv4 address/);
   });
 
   it.each([

@@ -9,7 +9,8 @@
  *                              ANVIL_VOLUME_ROOT, ANVIL_SIMULATE_GPUS, ANVIL_NVML_LIBRARY,
  *                              ANVIL_LOG_LEVEL, ANVIL_AGENT_CONFIG (path of the config file),
  *                              ANVIL_ALLOW_INSECURE_CONTROL_PLANE
- *                              ANVIL_DIRECT_PORTS_ADDRESS, ANVIL_DIRECT_PORTS_RANGE
+ *                              ANVIL_DIRECT_PORTS_ADDRESS, ANVIL_DIRECT_PORTS_RANGE,
+ *                              ANVIL_RENDEZVOUS_ADDRESS
  *                              --simulate-gpus, --nvml-library, --log-level, --host-images, --config
  *   2. environment variables   ANVIL_CONTROL_PLANE, ANVIL_JOIN_TOKEN, ANVIL_STATE_DIR,
  *                              ANVIL_VOLUME_ROOT, ANVIL_SIMULATE_GPUS, ANVIL_NVML_LIBRARY,
@@ -49,6 +50,11 @@ export interface AgentConfig {
   directPortsAddress: string | null;
   directPortsRange: string | null;
   /**
+   * The host's address on the network its fellow GPU hosts reach it by: multi-host training gangs publish
+   * their rendezvous port here (admitted only from the gang's other hosts). Null: single-host gangs only.
+   */
+  rendezvousAddress: string | null;
+  /**
    * Host images: references (or prefixes ending in `*`), comma-separated, of images the operator loaded
    * on this host and lets EVERY account run without a pull. Empty by default: every image is then pulled
    * with its account's credentials before each create. See image-policy.ts and the README.
@@ -87,6 +93,7 @@ const ConfigFile = Type.Object(
     allowInsecureControlPlane: Type.Optional(Type.String()),
     directPortsAddress: Type.Optional(Type.String()),
     directPortsRange: Type.Optional(Type.String()),
+    rendezvousAddress: Type.Optional(Type.String()),
     hostImages: Type.Optional(Type.String()),
     installDir: Type.Optional(Type.String()),
   },
@@ -106,6 +113,7 @@ const FLAGS: Record<Keys, string> = {
   allowInsecureControlPlane: 'allow-insecure-control-plane',
   directPortsAddress: 'direct-ports-address',
   directPortsRange: 'direct-ports-range',
+  rendezvousAddress: 'rendezvous-address',
   hostImages: 'host-images',
   installDir: 'install-dir',
 };
@@ -120,6 +128,7 @@ const ENV: Record<Keys, string> = {
   allowInsecureControlPlane: 'ANVIL_ALLOW_INSECURE_CONTROL_PLANE',
   directPortsAddress: 'ANVIL_DIRECT_PORTS_ADDRESS',
   directPortsRange: 'ANVIL_DIRECT_PORTS_RANGE',
+  rendezvousAddress: 'ANVIL_RENDEZVOUS_ADDRESS',
   hostImages: 'ANVIL_HOST_IMAGES',
   installDir: 'ANVIL_INSTALL_DIR',
 };
@@ -288,6 +297,11 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
         `direct ports address ${directPortsAddress}: name one address of the host, not every address`,
       );
   }
+  const rendezvousAddress = pick('rendezvousAddress') ?? null;
+  if (rendezvousAddress !== null && (isIP(rendezvousAddress) !== 4 || rendezvousAddress === '0.0.0.0'))
+    throw new ConfigError(
+      `rendezvous address ${JSON.stringify(rendezvousAddress)}: expected one IPv4 address of the host`,
+    );
   const directPortsRange = pick('directPortsRange') ?? null;
   if (directPortsRange !== null) {
     const match = /^(\d{1,5})-(\d{1,5})$/.exec(directPortsRange);
@@ -310,6 +324,7 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
       allowInsecureControlPlane,
       directPortsAddress,
       directPortsRange,
+      rendezvousAddress,
       hostImages: (pick('hostImages') ?? '')
         .split(',')
         .map((entry) => entry.trim())

@@ -90,6 +90,7 @@ async function main(): Promise<number> {
       logger.info({ ...result }, 'stopping to run the new version; containers keep running');
       abort.abort();
     },
+    rendezvousAddress: config.rendezvousAddress,
   });
 
   abort.signal.addEventListener('abort', () => gpu.close?.(), { once: true });

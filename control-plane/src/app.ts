@@ -29,6 +29,7 @@ import { secretRoutes } from './api/secrets/routes.ts';
 import { templateRoutes } from './api/templates/routes.ts';
 import { terminalRoutes } from './api/terminal/routes.ts';
 import { trainingArtifactRoutes } from './api/training-jobs/artifacts.routes.ts';
+import { adminTrainingRecipeRoutes, trainingRecipeRoutes } from './api/training-jobs/recipes.routes.ts';
 import { trainingJobRoutes } from './api/training-jobs/routes.ts';
 import { tuningRoutes } from './api/training-jobs/tune.routes.ts';
 import { usageRoutes } from './api/usage/routes.ts';
@@ -141,6 +142,8 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   await app.register(tuningRoutes, { context });
   await app.register(trainingArtifactRoutes, { context });
   await app.register(workloadLogRoutes, { context });
+  await app.register(trainingRecipeRoutes, { context });
+  await app.register(adminTrainingRecipeRoutes, { context });
   await app.register(experimentRoutes, { context });
   await app.register(agentDownloadRoutes, { context });
   await app.register(agentArtifactRoutes, { context });

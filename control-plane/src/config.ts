@@ -3,6 +3,7 @@ import { isWellFormedApiKey } from '@anvil/shared';
 import type { SessionLimits } from './access-revocation/live-sessions.ts';
 import { parseSecretKey } from './crypto/secret-box.ts';
 import { invalidCidrs } from './proxy/ip-rules.ts';
+import { PREEMPTION_POLICIES, type PreemptionPolicy } from './training/contract.ts';
 
 /** Everything the control plane reads from its environment, validated once at start-up. */
 export interface Config {
@@ -32,6 +33,11 @@ export interface Config {
   heartbeatSeconds: number;
   /** A host without a heartbeat for this long is unreachable (its workloads are marked, never stopped). */
   hostGraceSeconds: number;
+  /**
+   * ANVIL_TRAINING_PREEMPTION: whose running training work a queued job of higher priority may preempt:
+   * same-account (default), any-account, or off. Clusters and endpoint workers are never preempted.
+   */
+  trainingPreemption: PreemptionPolicy;
   /** Agents' metric sampling interval, sent to them in welcome. */
   metricsSeconds: number;
   /** An agent socket that has not said hello this long after opening is closed (ANVIL_AGENT_HANDSHAKE_SECONDS). */
@@ -251,6 +257,13 @@ export function loadConfig(env: Env = process.env): Config {
       `must be longer than ANVIL_HEARTBEAT_SECONDS (${heartbeatSeconds}), got ${hostGraceSeconds}`,
     );
   }
+  const trainingPreemption = (env['ANVIL_TRAINING_PREEMPTION'] || 'same-account') as PreemptionPolicy;
+  if (!PREEMPTION_POLICIES.includes(trainingPreemption)) {
+    throw new ConfigError(
+      'ANVIL_TRAINING_PREEMPTION',
+      `must be one of ${PREEMPTION_POLICIES.join(', ')}, got "${trainingPreemption}"`,
+    );
+  }
   const metricsToken = env['ANVIL_METRICS_TOKEN'] || null;
   if (metricsToken !== null && !/^[\x21-\x7e]{16,256}$/.test(metricsToken)) {
     throw new ConfigError(
@@ -315,6 +328,7 @@ export function loadConfig(env: Env = process.env): Config {
     outboundAllowPrivate: allowPrivate === 'true',
     heartbeatSeconds,
     hostGraceSeconds,
+    trainingPreemption,
     metricsSeconds: integer(env, 'ANVIL_METRICS_SECONDS', 15, 1, 3600),
     agentHandshakeSeconds: integer(env, 'ANVIL_AGENT_HANDSHAKE_SECONDS', 20, 1, 600),
     agentPreAuthLimit: integer(env, 'ANVIL_AGENT_PREAUTH_LIMIT', 128, 1, 100_000),

@@ -211,7 +211,14 @@ export function createContext(
     publicUrl: config.publicUrl,
     allowPrivateWebhooks: config.outboundAllowPrivate,
   });
-  const training = createTraining({ db, clock, fleet, accounts, datasetStorage: datasets.storage });
+  const training = createTraining({
+    db,
+    clock,
+    fleet,
+    accounts,
+    datasetStorage: datasets.storage,
+    preemption: config.trainingPreemption,
+  });
   const trainingArtifacts = createTrainingArtifacts({
     db,
     clock,

@@ -118,6 +118,15 @@ export const ERROR_STATUS = {
   // Training jobs and tuning (compute spec: Errors lists the codes without statuses; chosen as the field does).
   /** An invalid training configuration (learning rate outside 1e-6..1e-1, ...); details field, reason. */
   CONFIGURATION_ERROR: 400,
+  /**
+   * Not in the spec: a managed training request (baseModel, architecture or strategy, no image of its own)
+   * that no operator recipe runs; details requested, available (the recipes that exist).
+   */
+  NO_TRAINING_RECIPE: 422,
+  /** Not in the spec: an unknown training recipe id (/v2/admin/training-recipes). */
+  TRAINING_RECIPE_NOT_FOUND: 404,
+  /** Not in the spec: a training recipe name already used. */
+  TRAINING_RECIPE_EXISTS: 409,
   /** Not in the spec: an unknown training job id, or one of another account. */
   TRAINING_JOB_NOT_FOUND: 404,
   /** Not in the spec: a checkpoint id that is not one of the job's. */

@@ -55,6 +55,7 @@ export type IdPrefix =
   | 'job'
   | 'ckpt'
   | 'art'
+  | 'rcp'
   | 'tune'
   | 'exp'
   | 'run'

@@ -61,7 +61,12 @@ process.once('exit', () => {
 
 let counter = 0;
 
-export async function startDockerd(label: string): Promise<Dockerd> {
+/**
+ * `addressPool`: where this engine takes the subnets of the networks it creates (`--default-address-pool`,
+ * e.g. `base=10.150.16.0/20,size=24`); engines on one kernel that create account networks need pools
+ * apart, or their bridges claim the same routes.
+ */
+export async function startDockerd(label: string, options: { addressPool?: string } = {}): Promise<Dockerd> {
   // Taken before the first await: daemons started side by side must not share a number.
   const n = ++counter;
   const dir = await mkdtemp(join(tmpdir(), `anvil-dockerd-${label}-`));
@@ -91,6 +96,7 @@ export async function startDockerd(label: string): Promise<Dockerd> {
     // The system engine owns the firewall rules; these engines need no NAT (nothing leaves the machine).
     '--iptables=false',
     '--ip-masq=false',
+    ...(options.addressPool ? ['--default-address-pool', options.addressPool] : []),
   ];
   const logPath = join(dir, 'dockerd.log');
   let child: ChildProcess | null = null;

@@ -75,6 +75,16 @@ export function buildCreateOptions(
     if (!direct) continue;
     portBindings[key] = [{ HostIp: direct.address, HostPort: `${direct.first}-${direct.last}` }];
   }
+  // A multi-host training gang's rendezvous port: the same port on the host's rendezvous address, which
+  // the firewall admits only from the gang's other hosts (network/rendezvous-rules.ts).
+  for (const port of spec.rendezvous?.publish ?? []) {
+    if (!context.rendezvousAddress)
+      throw new Error(
+        `workload ${spec.workloadId} publishes rendezvous port ${port} but this host has no ANVIL_RENDEZVOUS_ADDRESS`,
+      );
+    exposedPorts[`${port}/tcp`] = {};
+    portBindings[`${port}/tcp`] = [{ HostIp: context.rendezvousAddress, HostPort: String(port) }];
+  }
 
   const hostConfig: NonNullable<ContainerCreateOptions['HostConfig']> = {
     RestartPolicy: {

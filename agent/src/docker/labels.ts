@@ -40,6 +40,11 @@ export interface SpecContext {
    * port Docker picks from [first, last]. Absent or null: nothing is published on the host's interfaces.
    */
   directPorts?: DirectPorts | null;
+  /**
+   * ANVIL_RENDEZVOUS_ADDRESS: where a multi-host training worker's rendezvous ports (spec.rendezvous.publish)
+   * are published. Absent or null: a spec that asks to publish one cannot be created here.
+   */
+  rendezvousAddress?: string | null;
   /** The engine bounds writable layers: diskBytes becomes `--storage-opt size`. */
   storageQuota?: boolean;
   /**
@@ -75,7 +80,7 @@ function canonical(value: unknown): unknown {
  */
 export function specHash(
   spec: WorkloadSpec,
-  context: Pick<SpecContext, 'volumeRoot' | 'gpuMode' | 'directPorts'>,
+  context: Pick<SpecContext, 'volumeRoot' | 'gpuMode' | 'directPorts' | 'rendezvousAddress'>,
 ): string {
   const {
     stopGraceSeconds: _ignored,
@@ -87,8 +92,13 @@ export function specHash(
   } = spec;
   // Direct ports count only when set, so hashes of containers made before the option existed hold.
   const ports = context.directPorts ? { directPorts: context.directPorts } : {};
+  // Likewise the rendezvous address, and only for the specs that publish on it.
+  const rendezvous =
+    spec.rendezvous && spec.rendezvous.publish.length > 0
+      ? { rendezvousAddress: context.rendezvousAddress ?? null }
+      : {};
   const text = JSON.stringify(
-    canonical({ shape, volumeRoot: context.volumeRoot, gpuMode: context.gpuMode, ...ports }),
+    canonical({ shape, volumeRoot: context.volumeRoot, gpuMode: context.gpuMode, ...ports, ...rendezvous }),
   );
   return createHash('sha256').update(text).digest('hex').slice(0, 16);
 }

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { dockerMessage, dockerStatus, isConflict, isNotFound } from '../docker/errors.ts';
 import { LABELS } from '../docker/labels.ts';
 import { BRIDGE_PREFIX, type Firewall, type FirewallState } from './firewall.ts';
+import { rendezvousRules } from './rendezvous-rules.ts';
 
 /** Marks a network as one of the agent's account networks (beside anvil.managed and anvil.host). */
 export const NETWORK_LABEL = 'anvil.network';
@@ -14,10 +15,8 @@ const BRIDGE_OPTION = 'com.docker.network.bridge.name';
  * The Docker network a workload joins: its account's on this host. A spec without accountId (from a
  * control plane older than tenant isolation; this one always sends it) stays on Docker's default bridge,
  * as before, and is not isolated: the reconciler logs it.
- *
- * Hook for multi-host training gangs: a gang's workers on several hosts are all on `anvil-acct-<account>`
- * of their host; what must be added for them is a route between those networks (an overlay network named
- * here instead, or DOCKER-USER accepts for the peers' subnets placed before the drops of bridgeRules).
+ * A multi-host training gang's workers stay on their account network too: their path to rank 0 is a port
+ * published on rank 0's host (spec.rendezvous), fenced by the rendezvous rules (rendezvous-rules.ts).
  */
 export function networkNameOf(spec: Pick<WorkloadSpec, 'accountId'>): string | null {
   return spec.accountId ? `anvil-acct-${spec.accountId}` : null;
@@ -40,6 +39,8 @@ export interface AccountNetworksOptions {
   docker: Dockerode;
   hostId: string;
   firewall: Firewall;
+  /** ANVIL_RENDEZVOUS_ADDRESS: where this host publishes rank 0's rendezvous port; null: none. */
+  rendezvousAddress?: string | null;
   logger: Logger;
 }
 
@@ -71,8 +72,25 @@ export class AccountNetworks {
     }
   }
 
-  /** Creates the networks of `names` that are missing and puts their firewall rules in place. */
-  async ensure(names: ReadonlySet<string>): Promise<void> {
+  /**
+   * Creates the networks of `names` that are missing and puts their firewall rules in place, then this
+   * host's rendezvous rules for the multi-host training workers of `desired` (none left: none kept).
+   */
+  async ensure(names: ReadonlySet<string>, desired: readonly WorkloadSpec[] = []): Promise<void> {
+    await this.#ensureNetworks(names);
+    const rules = rendezvousRules(
+      desired,
+      (spec) => {
+        const name = networkNameOf(spec);
+        return name ? bridgeNameOf(this.#o.hostId, name) : null;
+      },
+      this.#o.rendezvousAddress ?? null,
+    );
+    const tag = createHash('sha256').update(this.#o.hostId).digest('hex').slice(0, 12);
+    await this.#o.firewall.rendezvous(tag, rules);
+  }
+
+  async #ensureNetworks(names: ReadonlySet<string>): Promise<void> {
     if (names.size === 0) return;
     const state = await this.#o.firewall.probe();
     if (!state.enforced && !this.#warned) {

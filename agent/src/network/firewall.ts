@@ -3,11 +3,12 @@ import { promisify } from 'node:util';
 
 const exec = promisify(execFile);
 
-/** Runs a firewall command (argument array, never a shell string); rejects when it exits non-zero. */
-export type CommandRunner = (file: string, args: string[]) => Promise<void>;
+/** Runs a firewall command (argument array, never a shell string): its stdout; rejects when it exits non-zero. */
+export type CommandRunner = (file: string, args: string[]) => Promise<string | undefined>;
 
 export const runCommand: CommandRunner = async (file, args) => {
-  await exec(file, args, { timeout: 30_000 });
+  const { stdout } = await exec(file, args, { timeout: 30_000 });
+  return stdout;
 };
 
 /** Every rule the agent adds carries this comment, so an operator (and the agent) can tell them apart. */
@@ -18,6 +19,21 @@ export const LINK_LOCAL_V4 = '169.254.0.0/16';
 
 /** Every bridge of an account network is named with this prefix (see AccountNetworks). */
 export const BRIDGE_PREFIX = 'anvt';
+
+/** The chain (in the filter and mangle tables) that holds every host's rendezvous rules. */
+export const RENDEZVOUS_CHAIN = 'ANVIL-RENDEZVOUS';
+/** Comment of the rendezvous rules; a host's own rules add its tag (two agents may share one kernel). */
+export const RENDEZVOUS_COMMENT = 'anvil-rendezvous';
+
+/**
+ * One rule of a multi-host gang's path. `first`: inserted at the top of the chain (admissions), else
+ * appended (the drops that follow every admission, whichever host's agent added it).
+ */
+export interface RendezvousRule {
+  table: 'filter' | 'mangle';
+  first: boolean;
+  spec: string[];
+}
 
 interface Rule {
   binary: 'iptables' | 'ip6tables';
@@ -35,15 +51,20 @@ interface Rule {
  *   dropped; traffic to another account's bridge is dropped (Docker's DOCKER-ISOLATION chains do the same
  *   when its iptables management is on; this keeps it so when it is off), traffic inside the bridge
  *   returns to Docker's rules, which accept it.
+ * - Before both, traffic from the bridge visits ANVIL-RENDEZVOUS (rendezvous-rules.ts): a multi-host
+ *   training worker's path to its gang's rank 0 is admitted there, and other bridges' traffic to it dropped.
  * IPv6: the networks have no IPv6 addresses, but the link-local fe80:: address of the bridge still reaches
  * the host, so the INPUT rule is repeated for ip6tables.
  */
 export function bridgeRules(bridge: string): Rule[] {
   const comment = ['-m', 'comment', '--comment', `${RULE_COMMENT} ${bridge}`];
   const notReply = ['-m', 'conntrack', '!', '--ctstate', 'ESTABLISHED,RELATED'];
+  const toRendezvous = ['-i', bridge, '-m', 'comment', '--comment', `${RENDEZVOUS_COMMENT} ${bridge}`];
   return [
+    { binary: 'iptables', chain: 'INPUT', spec: [...toRendezvous, '-j', RENDEZVOUS_CHAIN] },
     { binary: 'iptables', chain: 'INPUT', spec: ['-i', bridge, ...notReply, ...comment, '-j', 'DROP'] },
     { binary: 'ip6tables', chain: 'INPUT', spec: ['-i', bridge, ...notReply, ...comment, '-j', 'DROP'] },
+    { binary: 'iptables', chain: 'DOCKER-USER', spec: [...toRendezvous, '-j', RENDEZVOUS_CHAIN] },
     {
       binary: 'iptables',
       chain: 'DOCKER-USER',
@@ -75,6 +96,18 @@ export interface Firewall {
   ensure(bridge: string): Promise<void>;
   /** Removes every rule of the bridge; rules already gone count as removed. */
   remove(bridge: string): Promise<void>;
+  /**
+   * Makes this host's rendezvous rules (those tagged `tag`) exactly `rules`: the new set is put in place
+   * before the old one is removed, so no moment is left without the drops.
+   */
+  rendezvous(tag: string, rules: readonly RendezvousRule[]): Promise<void>;
+}
+
+/** Splits a line of `iptables -S` into arguments (double-quoted comments kept whole). */
+export function splitRuleLine(line: string): string[] {
+  const args: string[] = [];
+  for (const match of line.matchAll(/"((?:[^"\\]|\\.)*)"|(\S+)/g)) args.push(match[1] ?? match[2] ?? '');
+  return args;
 }
 
 function describe(err: unknown): string {
@@ -118,6 +151,32 @@ export function createIptablesFirewall(run: CommandRunner = runCommand): Firewal
     return bridgeRules(bridge).filter((r) => ipv6 || r.binary === 'iptables');
   }
 
+  /** The rendezvous chains exist (created once; an existing one is kept) and mangle PREROUTING enters it. */
+  async function rendezvousChains(): Promise<void> {
+    for (const table of ['filter', 'mangle'] as const) {
+      await run('iptables', ['-w', '-t', table, '-N', RENDEZVOUS_CHAIN]).catch(() => undefined);
+    }
+    const jump = [
+      'PREROUTING',
+      '-p',
+      'tcp',
+      '-m',
+      'comment',
+      '--comment',
+      RENDEZVOUS_COMMENT,
+      '-j',
+      RENDEZVOUS_CHAIN,
+    ];
+    try {
+      await run('iptables', ['-w', '-t', 'mangle', '-C', ...jump]);
+    } catch {
+      await run('iptables', ['-w', '-t', 'mangle', '-I', ...jump]);
+    }
+  }
+
+  let installed: { key: string; generation: number } | null = null;
+  let generation = Date.now();
+
   return {
     async probe() {
       if (state) return state;
@@ -150,6 +209,10 @@ export function createIptablesFirewall(run: CommandRunner = runCommand): Firewal
     async ensure(bridge) {
       const { enforced } = await this.probe();
       if (!ipv4) return;
+      // The bridge's first rules jump to the rendezvous chain: it must exist before they name it.
+      await rendezvousChains().catch((err: unknown) => {
+        if (enforced) throw new Error(`rendezvous chains: ${describe(err)}`);
+      });
       const rules = rulesFor(bridge);
       const present = await Promise.all(rules.map(has));
       if (present.every(Boolean)) return;
@@ -169,6 +232,73 @@ export function createIptablesFirewall(run: CommandRunner = runCommand): Firewal
 
     async remove(bridge) {
       for (const rule of rulesFor(bridge)) await deleteAll(rule);
+    },
+
+    async rendezvous(tag, rules) {
+      await this.probe();
+      if (!ipv4) return;
+      const key = JSON.stringify(rules);
+      const comment = (g: number) => ['-m', 'comment', '--comment', `${RENDEZVOUS_COMMENT} ${tag} g${g}`];
+      const argsOf = (rule: RendezvousRule, g: number) => {
+        const jump = rule.spec.indexOf('-j');
+        return [...rule.spec.slice(0, jump), ...comment(g), ...rule.spec.slice(jump)];
+      };
+      if (installed?.key === key) {
+        const present = await Promise.all(
+          rules.map((r) =>
+            run('iptables', [
+              '-w',
+              '-t',
+              r.table,
+              '-C',
+              RENDEZVOUS_CHAIN,
+              ...argsOf(r, installed!.generation),
+            ]).then(
+              () => true,
+              () => false,
+            ),
+          ),
+        );
+        if (present.every(Boolean)) return;
+      }
+      await rendezvousChains();
+      generation += 1;
+      const errors: string[] = [];
+      // Admissions at the top (in order), drops at the bottom: every host's admissions come before any drop.
+      for (const rule of [...rules].filter((r) => r.first).reverse()) {
+        await run('iptables', [
+          '-w',
+          '-t',
+          rule.table,
+          '-I',
+          RENDEZVOUS_CHAIN,
+          '1',
+          ...argsOf(rule, generation),
+        ]).catch((err: unknown) => errors.push(describe(err)));
+      }
+      for (const rule of rules.filter((r) => !r.first)) {
+        await run('iptables', [
+          '-w',
+          '-t',
+          rule.table,
+          '-A',
+          RENDEZVOUS_CHAIN,
+          ...argsOf(rule, generation),
+        ]).catch((err: unknown) => errors.push(describe(err)));
+      }
+      // Then this host's rules of earlier generations go.
+      const current = `${RENDEZVOUS_COMMENT} ${tag} g${generation}`;
+      for (const table of ['filter', 'mangle'] as const) {
+        const listing = (await run('iptables', ['-w', '-t', table, '-S', RENDEZVOUS_CHAIN])) ?? '';
+        for (const line of listing.split('\n')) {
+          if (!line.includes(`${RENDEZVOUS_COMMENT} ${tag} g`) || line.includes(`"${current}"`)) continue;
+          const args = splitRuleLine(line);
+          if (args[0] !== '-A') continue;
+          await run('iptables', ['-w', '-t', table, '-D', ...args.slice(1)]).catch(() => undefined);
+        }
+      }
+      if (errors.length > 0) throw new Error(`rendezvous rules: ${errors.join('; ')}`);
+      installed = { key, generation };
     },
   };
 }

@@ -65,6 +65,8 @@ export interface ReconcilerOptions {
   networks?: WorkloadNetworks | null;
   /** The operator's direct-ports address and range (ANVIL_DIRECT_PORTS_ADDRESS); null: none published. */
   directPorts?: DirectPorts | null;
+  /** ANVIL_RENDEZVOUS_ADDRESS: where multi-host training workers publish their rendezvous port. */
+  rendezvousAddress?: string | null;
   /** Whether the engine bounds writable layers (`--storage-opt size`, see storage-quota.ts). */
   storageQuota?: boolean;
   /** The last disk measure of a workload (DiskMeter); absent: disk is not reported. */
@@ -73,7 +75,8 @@ export interface ReconcilerOptions {
 
 /** What the reconciler needs of the account networks. */
 export interface WorkloadNetworks {
-  ensure(names: ReadonlySet<string>): Promise<void>;
+  /** `desired`: the whole desired set, whose multi-host training workers' paths the firewall admits. */
+  ensure(names: ReadonlySet<string>, desired: readonly WorkloadSpec[]): Promise<void>;
   prune(keep: ReadonlySet<string>): Promise<void>;
 }
 
@@ -107,6 +110,7 @@ export class Reconciler {
       | 'requestDownload'
       | 'networks'
       | 'directPorts'
+      | 'rendezvousAddress'
       | 'storageQuota'
       | 'diskUsage'
       | 'hostImages'
@@ -143,6 +147,7 @@ export class Reconciler {
       downloadRoot,
       gpuMode: options.gpuMode,
       directPorts: options.directPorts ?? null,
+      rendezvousAddress: options.rendezvousAddress ?? null,
       storageQuota: options.storageQuota ?? false,
       hostCpus: availableParallelism(),
     };
@@ -286,7 +291,7 @@ export class Reconciler {
       await Promise.all(unwanted.map((c) => this.#removeContainer(c, 'not desired')));
       const networks = new Set(desired.flatMap((s) => networkNameOf(s) ?? []));
       // Fenced networks first: no container is created on a network whose rules are not in place.
-      await this.#o.networks?.ensure(networks);
+      await this.#o.networks?.ensure(networks, desired);
       const results = await Promise.all(
         desired.map(async (spec) =>
           this.#withDisk(spec, await this.#converge(spec, groups.get(spec.workloadId) ?? [])),

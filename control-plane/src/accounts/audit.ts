@@ -4,10 +4,17 @@ import type { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 
 /**
- * The spec's three, and fleet_change: operators' changes to the host fleet (agent versions and upgrades, GPU
- * health changes and resets) in the operators' account.
+ * The spec's three; fleet_change: operators' changes to the host fleet (agent versions and upgrades, GPU
+ * health changes and resets) in the operators' account; training_preemption: a training job gave its GPUs
+ * to one of higher priority (training/preemption.ts).
  */
-export const AUDIT_TYPES = ['permission_change', 'access_denied', 'role_assignment', 'fleet_change'] as const;
+export const AUDIT_TYPES = [
+  'permission_change',
+  'access_denied',
+  'role_assignment',
+  'fleet_change',
+  'training_preemption',
+] as const;
 export type AuditType = (typeof AUDIT_TYPES)[number];
 
 export const AUDIT_PERIODS = ['1d', '7d', '30d', '90d'] as const;

@@ -31,6 +31,7 @@ export const WEBHOOK_EVENTS = [
   'cluster.stopped',
   'training.completed',
   'training.failed',
+  'training.preempted',
   'member.joined',
   'member.removed',
   'security.alert',

@@ -1008,6 +1008,8 @@ describe('migrator', () => {
           hourlyRate: 21.6,
           sessionStartedAt: at,
           queuedAt: at,
+          preemptions: 2,
+          preemptedAt: at,
           logCursor: 9_000_000_000n,
           startedAt: at,
           completedAt: at,
@@ -1016,6 +1018,24 @@ describe('migrator', () => {
         };
         await prisma.trainingJob.create({ data });
         return [data, await prisma.trainingJob.findUniqueOrThrow({ where: { id: data.id } })];
+      },
+      TrainingRecipe: async () => {
+        const data = {
+          id: 'rcp_fixture',
+          name: 'llama-lora',
+          description: 'd',
+          modelType: 'llm',
+          baseModel: 'meta-llama/*',
+          architecture: 'llama',
+          strategy: 'lora',
+          image: 'trainer:1',
+          command: ['python', 'train.py'],
+          weightsPath: '/weights',
+          createdAt: at,
+          updatedAt: at,
+        };
+        await prisma.trainingRecipe.create({ data });
+        return [data, await prisma.trainingRecipe.findUniqueOrThrow({ where: { id: data.id } })];
       },
       TrainingMetric: async () => {
         const data = { jobId: 'job_fixture', step: 10, epoch: 1.5, values: { loss: 0.5 }, at };

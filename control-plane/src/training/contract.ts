@@ -16,6 +16,14 @@ export const DATASET_DIR = '/anvil/dataset';
 export const CODE_PATH = '/anvil/code/train.py';
 /** A report is one stdout line: this marker, a space, then one JSON object. */
 export const REPORT_MARKER = 'ANVIL_REPORT';
+/** ANVIL_TRAINING_PREEMPTION: whose training work a queued job of higher priority may preempt. */
+export const PREEMPTION_POLICIES = ['off', 'same-account', 'any-account'] as const;
+export type PreemptionPolicy = (typeof PREEMPTION_POLICIES)[number];
+
+/** MASTER_PORT of a gang on one host (each container has its own network namespace, so no clash). */
+export const RENDEZVOUS_PORT = 29500;
+/** MASTER_PORTs of gangs across hosts: published on rank 0's host, one per gang there. */
+export const RENDEZVOUS_PORTS = { first: 29500, last: 29999 } as const;
 /** Seconds between SIGTERM and SIGKILL when a worker is stopped. */
 export const STOP_GRACE_SECONDS = 60;
 
@@ -23,7 +31,11 @@ export const TRAINER_CONTRACT =
   'Trainer contract. Each worker is one container of the image config.image (default ' +
   `${DEFAULT_TRAINER_IMAGE}; config.command overrides its CMD; short-form customCode is written to ` +
   `${CODE_PATH} and run with python). Environment: ANVIL_JOB_ID, ANVIL_ATTEMPT (1 for the first run, +1 per ` +
-  'resume), ANVIL_RANK (0..workers-1), ANVIL_WORLD_SIZE, ANVIL_LOCAL_GPUS (GPUs of this worker), ANVIL_HPARAMS ' +
+  'resume), ANVIL_RANK (0..workers-1), ANVIL_WORLD_SIZE, ANVIL_LOCAL_GPUS (GPUs of this worker), the launcher ' +
+  'environment torchrun reads (MASTER_ADDR and MASTER_PORT: rank 0 on the account network of its host, or, for ' +
+  "a gang spread over hosts, rank 0's host's rendezvous address and a port published there for the gang's " +
+  'other hosts only; NODE_RANK = ANVIL_RANK, LOCAL_WORLD_SIZE = GPUs of this worker, WORLD_SIZE = workers x ' +
+  'GPUs per worker, RANK = NODE_RANK x LOCAL_WORLD_SIZE, LOCAL_RANK 0: one container is one node), ANVIL_HPARAMS ' +
   '(the hyperparameters as one JSON object) and one ANVIL_HP_<NAME> per hyperparameter (upper-case snake ' +
   `case: ANVIL_HP_LEARNING_RATE=0.001), ANVIL_TOTAL_EPOCHS when epochs is set, ANVIL_DATASET_DIR=${DATASET_DIR} ` +
   'and ANVIL_DATASET_FILE (the current version of the dataset as data.<format>, a read-only bind mount: ' +
@@ -36,7 +48,7 @@ export const TRAINER_CONTRACT =
   '"learning_rate":x,"throughput":x,"memory_usage":x,"total_steps":n,"total_epochs":n, any other numeric ' +
   'values} and {"type":"checkpoint","path":"<dir relative to ANVIL_CHECKPOINT_DIR>","epoch":e,"step":n,' +
   '"loss":x,"size_bytes":n}. Lines that do not parse are ignored. Exit code 0: completed; any other: failed ' +
-  '(statusReason names the code). Stop: every worker gets SIGTERM — the trainer writes a checkpoint, reports ' +
+  '(statusReason names the code); a worker that fails fails the whole gang, whose other workers are removed. Stop: every worker gets SIGTERM — the trainer writes a checkpoint, reports ' +
   `it and exits; SIGKILL follows after ${STOP_GRACE_SECONDS} s (saveCheckpoint false: SIGKILL at once).`;
 
 export type TrainerReport =

@@ -4,8 +4,11 @@ import type { Clock } from '../auth/clock.ts';
 import type { DatasetStorage } from '../datasets/storage.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
+import type { PreemptionPolicy } from './contract.ts';
 import { trainingSpecResolver } from './dataset-files.ts';
 import { Launcher } from './launcher.ts';
+import { Preemption } from './preemption.ts';
+import { TrainingRecipes } from './recipes.ts';
 import { ReportReader } from './reports.ts';
 import { type TrainingLogger, TrainingService } from './service.ts';
 import { TrainingSupervisor, type TrainingSupervisorOptions } from './supervisor.ts';
@@ -20,6 +23,7 @@ export interface Training {
   tuning: TuningService;
   supervisor: TrainingSupervisor;
   reports: ReportReader;
+  recipes: TrainingRecipes;
   useLogger(logger: Logger): void;
   start(): void;
   stop(): Promise<void>;
@@ -32,13 +36,24 @@ export function createTraining(deps: {
   accounts: AccountServices;
   datasetStorage: DatasetStorage;
   supervisor?: TrainingSupervisorOptions;
+  /** ANVIL_TRAINING_PREEMPTION (default same-account). */
+  preemption?: PreemptionPolicy;
 }): Training {
   let logger: TrainingLogger = { info() {}, warn() {}, error() {} };
   const launcher = new Launcher(deps.db, deps.clock, deps.fleet.events);
   const reports = new ReportReader(deps.db, deps.clock);
-  const service = new TrainingService({ ...deps, launcher, reports, logger: () => logger });
+  const recipes = new TrainingRecipes(deps.db, deps.clock);
+  const service = new TrainingService({ ...deps, launcher, reports, recipes, logger: () => logger });
+  const preemption = new Preemption({
+    db: deps.db,
+    clock: deps.clock,
+    audit: deps.accounts.audit,
+    policy: deps.preemption ?? 'same-account',
+    signal: (job, signal) => service.signal(job, signal),
+    logger: () => logger,
+  });
   const supervisor = new TrainingSupervisor(
-    { db: deps.db, clock: deps.clock, service, launcher, reports, logger: () => logger },
+    { db: deps.db, clock: deps.clock, service, launcher, reports, preemption, logger: () => logger },
     deps.supervisor,
   );
   const tuning = new TuningService({
@@ -60,6 +75,7 @@ export function createTraining(deps: {
     tuning,
     supervisor,
     reports,
+    recipes,
     useLogger(next) {
       logger = next;
     },

@@ -11,9 +11,12 @@ import {
   CODE_PATH,
   DATASET_DIR,
   hyperparameterEnvName,
+  RENDEZVOUS_PORT,
+  RENDEZVOUS_PORTS,
   STOP_GRACE_SECONDS,
 } from './contract.ts';
 import { couldEverFit, type GangRequest, type HostFree, planGang } from './placement.ts';
+import type { RecipeSnapshot } from './recipes.ts';
 
 type Tx = Prisma.TransactionClient;
 
@@ -27,11 +30,29 @@ export interface PlacedWorker {
   staleContainerId: string | null;
 }
 
+/**
+ * Where a gang's workers meet (README: Training, multi-node). One host: rank 0's container name on the
+ * account network (Docker's DNS), port RENDEZVOUS_PORT. Several hosts: rank 0's host's rendezvous address
+ * and a port of RENDEZVOUS_PORTS free on that host, published there for the gang's peer hosts only.
+ */
+export interface Rendezvous {
+  masterAddr: string;
+  masterPort: number;
+  /** The hosts' rendezvous addresses when the gang spans several hosts; null on one host. */
+  hostAddresses: Map<string, string> | null;
+}
+
 export type LaunchOutcome =
   | { kind: 'placed'; workers: PlacedWorker[] }
   | { kind: 'busy' }
   | { kind: 'impossible'; availableGpuTypes: string[] }
   | { kind: 'gone' };
+
+export type WorkerSpecOf = (
+  job: TrainingJob,
+  worker: Omit<PlacedWorker, 'staleContainerId'>,
+  rendezvous: Rendezvous,
+) => WorkloadSpec;
 
 const DEADLOCK = '40P01';
 const SERIALIZATION = '40001';
@@ -45,15 +66,28 @@ export function workloadIdOf(jobId: string, attempt: number, rank: number): stri
 export function workerSpec(
   job: Pick<
     TrainingJob,
-    'id' | 'accountId' | 'workers' | 'parameters' | 'image' | 'command' | 'config' | 'datasetId'
+    'id' | 'accountId' | 'workers' | 'parameters' | 'image' | 'command' | 'config' | 'datasetId' | 'modelType'
   >,
-  worker: { rank: number; workloadId: string; gpus: { index: number; uuid: string }[] },
+  worker: { rank: number; workloadId: string; hostId: string; gpus: { index: number; uuid: string }[] },
   attempt: number,
   resumePath: string | null,
   datasetFormat: string | null,
+  rendezvous: Rendezvous,
 ): WorkloadSpec {
   const parameters = (job.parameters ?? {}) as Record<string, unknown>;
+  const perWorker = worker.gpus.length;
   const env: Record<string, string> = {
+    // What torchrun and torch.distributed read: one container is one node; a launcher that starts one
+    // process per GPU sets each process's RANK and LOCAL_RANK itself from NODE_RANK and LOCAL_WORLD_SIZE.
+    MASTER_ADDR: rendezvous.masterAddr,
+    MASTER_PORT: String(rendezvous.masterPort),
+    WORLD_SIZE: String(job.workers * Math.max(1, perWorker)),
+    RANK: String(worker.rank * Math.max(1, perWorker)),
+    NODE_RANK: String(worker.rank),
+    LOCAL_RANK: '0',
+    LOCAL_WORLD_SIZE: String(Math.max(1, perWorker)),
+    ANVIL_MASTER_ADDR: rendezvous.masterAddr,
+    ANVIL_MASTER_PORT: String(rendezvous.masterPort),
     ANVIL_JOB_ID: job.id,
     ANVIL_ATTEMPT: String(attempt),
     ANVIL_RANK: String(worker.rank),
@@ -65,6 +99,18 @@ export function workerSpec(
     ANVIL_DATASET_DIR: DATASET_DIR,
     ANVIL_DATASET_FILE: datasetFormat ? `${DATASET_DIR}/data.${datasetFormat}` : '',
   };
+  // Managed training (recipes.ts): what the recipe's entrypoint reads; set whenever the job names them.
+  const config = (job.config ?? {}) as Record<string, unknown>;
+  const named = (value: unknown) => (typeof value === 'string' ? value : '');
+  const recipe = config['recipe'] as RecipeSnapshot | undefined;
+  env['ANVIL_MODEL_TYPE'] = job.modelType;
+  env['ANVIL_BASE_MODEL'] =
+    named(config['baseModel']) ||
+    named((config['modelConfig'] as Record<string, unknown> | undefined)?.['baseModel']);
+  env['ANVIL_ARCHITECTURE'] = named(config['architecture']);
+  env['ANVIL_STRATEGY'] = named(config['strategy']);
+  env['ANVIL_RECIPE'] = recipe?.name ?? '';
+  env['ANVIL_WEIGHTS_PATH'] = recipe?.weightsPath ?? '';
   for (const [name, value] of Object.entries(parameters)) {
     if (value === null || typeof value === 'object') continue;
     env[hyperparameterEnvName(name)] = String(value);
@@ -75,6 +121,8 @@ export function workerSpec(
   )?.customCode;
   const command =
     job.command.length > 0 ? job.command : typeof customCode === 'string' ? ['python', CODE_PATH] : null;
+  const addresses = rendezvous.hostAddresses;
+  const ownAddress = addresses?.get(worker.hostId) ?? null;
   return {
     workloadId: worker.workloadId,
     image: job.image,
@@ -97,7 +145,23 @@ export function workerSpec(
     // A trainer that exits is done (its exit code says how); it is never restarted behind the job's back.
     restartPolicy: { name: 'no', maxRetries: 0 },
     stopGraceSeconds: STOP_GRACE_SECONDS,
+    // Several hosts: rank 0 publishes the port for its peer hosts; every worker may dial it.
+    rendezvous: addresses
+      ? {
+          publish: worker.rank === 0 ? [rendezvous.masterPort] : [],
+          peers:
+            worker.rank === 0
+              ? [...new Set([...addresses.values()])].filter((a) => a !== ownAddress).sort()
+              : [],
+          dial: [{ address: rendezvous.masterAddr, port: rendezvous.masterPort }],
+        }
+      : null,
   };
+}
+
+/** A gang on several hosts needs every host's rendezvous address (ANVIL_RENDEZVOUS_ADDRESS). */
+function spansHosts(plan: readonly { hostId: string }[]): boolean {
+  return new Set(plan.map((p) => p.hostId)).size > 1;
 }
 
 interface CapacityRow {
@@ -108,6 +172,7 @@ interface CapacityRow {
   reserved_gpu_type: string | null;
   reserved_gpu_count: number | null;
   reserved_by: string | null;
+  rendezvous_address: string | null;
 }
 
 function errorCode(error: unknown): unknown {
@@ -137,10 +202,7 @@ export class Launcher {
    * Places the job's current attempt if it is still waiting (status queued, no placement): all workers or
    * none. `specOf` builds each worker's container.
    */
-  async place(
-    jobId: string,
-    specOf: (job: TrainingJob, worker: Omit<PlacedWorker, 'staleContainerId'>) => WorkloadSpec,
-  ): Promise<LaunchOutcome> {
+  async place(jobId: string, specOf: WorkerSpecOf): Promise<LaunchOutcome> {
     for (let attempt = 0; ; attempt++) {
       try {
         const outcome = await this.db.prisma.$transaction((tx) => this.#place(tx, jobId, specOf), TX_OPTIONS);
@@ -156,11 +218,7 @@ export class Launcher {
     }
   }
 
-  async #place(
-    tx: Tx,
-    jobId: string,
-    specOf: (job: TrainingJob, worker: Omit<PlacedWorker, 'staleContainerId'>) => WorkloadSpec,
-  ): Promise<LaunchOutcome> {
+  async #place(tx: Tx, jobId: string, specOf: WorkerSpecOf): Promise<LaunchOutcome> {
     const job = (
       await tx.$queryRawUnsafe<{ id: string }[]>(
         `SELECT id FROM training_jobs WHERE id = $1 AND status = 'queued' FOR UPDATE`,
@@ -178,7 +236,8 @@ export class Launcher {
     };
     const capacity = await tx.$queryRawUnsafe<CapacityRow[]>(
       `SELECT c.host_id, c.gpu_indices, c.gpu_uuids, c.free_indices,
-              a.reserved_gpu_type, a.reserved_gpu_count, a.reserved_by
+              a.reserved_gpu_type, a.reserved_gpu_count, a.reserved_by,
+              h.inventory->>'rendezvousAddress' AS rendezvous_address
          FROM host_capacity c
          JOIN hosts h ON h.id = c.host_id
          LEFT JOIN host_allocations a ON a.host_id = c.host_id
@@ -196,7 +255,17 @@ export class Launcher {
         free: c.free_indices.slice(0, Math.max(0, c.free_indices.length - reserved)),
       };
     });
-    const plan = planGang(hosts, request);
+    let plan = planGang(hosts, request);
+    const addressOf = new Map(
+      capacity.flatMap((c) => (c.rendezvous_address ? [[c.host_id, c.rendezvous_address] as const] : [])),
+    );
+    if (plan && spansHosts(plan) && plan.some((p) => !addressOf.has(p.hostId))) {
+      // Hosts without a rendezvous address take single-host gangs only.
+      plan = planGang(
+        hosts.filter((h) => addressOf.has(h.hostId)),
+        request,
+      );
+    }
     if (!plan) {
       const totals = await tx.$queryRawUnsafe<{ host_id: string; total: number }[]>(
         `SELECT c.host_id, cardinality(c.gpu_indices)::int AS total FROM host_capacity c JOIN hosts h ON h.id = c.host_id
@@ -236,12 +305,24 @@ export class Launcher {
       };
     });
     const hostIds = [...new Set(workers.map((w) => w.hostId))].sort();
+    for (const hostId of hostIds) await lockHost(tx, hostId);
+    const rank0Host = workers[0]!.hostId;
+    const rendezvous: Rendezvous = spansHosts(workers)
+      ? {
+          masterAddr: addressOf.get(rank0Host)!,
+          masterPort: await freeRendezvousPort(tx, rank0Host, row.id),
+          hostAddresses: new Map(hostIds.map((h) => [h, addressOf.get(h)!])),
+        }
+      : {
+          masterAddr: `anvil-${workloadIdOf(row.id, row.attempt, 0)}`,
+          masterPort: RENDEZVOUS_PORT,
+          hostAddresses: null,
+        };
     for (const hostId of hostIds) {
-      await lockHost(tx, hostId);
       const generation = await bumpGeneration(tx, hostId, now);
       if (generation === null) throw new Error(`host ${hostId} was deleted while placing ${row.id}`);
       for (const worker of workers.filter((w) => w.hostId === hostId)) {
-        const spec = specOf(row, worker) as unknown as Prisma.InputJsonValue;
+        const spec = specOf(row, worker, rendezvous) as unknown as Prisma.InputJsonValue;
         await tx.workload.upsert({
           where: { id: worker.workloadId },
           create: {
@@ -315,6 +396,26 @@ export class Launcher {
     }
     for (const hostId of hostIds) await this.events.desiredChanged(hostId);
   }
+}
+
+/**
+ * The lowest port of RENDEZVOUS_PORTS that no other training workload wanted on the host publishes
+ * (called under the host's row lock, so two placements never take the same port).
+ */
+async function freeRendezvousPort(tx: Tx, hostId: string, jobId: string): Promise<number> {
+  const rows = await tx.$queryRawUnsafe<{ port: number }[]>(
+    `SELECT DISTINCT (p.value)::int AS port
+       FROM workloads w, jsonb_array_elements(w.spec->'rendezvous'->'publish') p(value)
+      WHERE w.host_id = $1 AND w.kind = 'training' AND w.desired = 'running'
+        AND jsonb_typeof(w.spec->'rendezvous'->'publish') = 'array'
+        AND w.spec->'labels'->>'anvil.training-job' <> $2`,
+    hostId,
+    jobId,
+  );
+  const taken = new Set(rows.map((r) => Number(r.port)));
+  for (let port = RENDEZVOUS_PORTS.first; port <= RENDEZVOUS_PORTS.last; port++)
+    if (!taken.has(port)) return port;
+  throw new Error(`no free rendezvous port on host ${hostId}`);
 }
 
 async function bumpGeneration(tx: Tx, hostId: string, now: Date): Promise<number | null> {

@@ -7,9 +7,22 @@ import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
 import { syncCapacity } from '../scheduler/capacity.ts';
 import { listOrderBy } from '../util/list-order.ts';
-import { type CreateJobRequest, type JobInput, jobInputOf } from './config.ts';
+import {
+  type CreateJobRequest,
+  type FullJobRequest,
+  isShortForm,
+  type JobInput,
+  jobInputOf,
+} from './config.ts';
 import { CHECKPOINT_DIR } from './contract.ts';
-import { type Launcher, type LaunchOutcome, type PlacedWorker, workerSpec } from './launcher.ts';
+import {
+  type Launcher,
+  type LaunchOutcome,
+  type PlacedWorker,
+  type WorkerSpecOf,
+  workerSpec,
+} from './launcher.ts';
+import type { TrainingRecipes } from './recipes.ts';
 import type { ReportReader } from './reports.ts';
 import { loadJobUsage } from './summary.ts';
 import { viewJob, viewJobListItem, viewShortCreated } from './view.ts';
@@ -79,6 +92,7 @@ export class TrainingService {
       fleet: Fleet;
       launcher: Launcher;
       reports: ReportReader;
+      recipes: TrainingRecipes;
       logger: () => TrainingLogger;
     },
   ) {}
@@ -132,7 +146,9 @@ export class TrainingService {
   async create(actor: Actor, body: CreateJobRequest) {
     await this.requireAccess(actor, 'execute');
     const defaults = await this.d.accounts.settings.createDefaults(actor.principal.accountId);
-    const input = jobInputOf(body, defaults.gpuType);
+    const imageGiven = !isShortForm(body) && (body as FullJobRequest).config?.['image'] !== undefined;
+    // Managed training (baseModel, architecture or strategy and no image of its own) runs its recipe.
+    const input = await this.d.recipes.apply(jobInputOf(body, defaults.gpuType), imageGiven);
     await this.d.accounts.computeHours.assertBelow(actor, 'training jobs');
     const job = await this.createFromInput(
       { accountId: actor.principal.accountId, userId: actor.principal.userId },
@@ -231,8 +247,8 @@ export class TrainingService {
       ? await this.db.prisma.trainingCheckpoint.findUnique({ where: { id: job.resumeFrom } })
       : null;
     const resumePath = checkpoint ? `${CHECKPOINT_DIR}/${checkpoint.path}` : null;
-    const specOf = (row: TrainingJob, worker: Omit<PlacedWorker, 'staleContainerId'>) =>
-      workerSpec(row, worker, row.attempt, resumePath, dataset?.format ?? null);
+    const specOf: WorkerSpecOf = (row, worker, rendezvous) =>
+      workerSpec(row, worker, row.attempt, resumePath, dataset?.format ?? null, rendezvous);
     let outcome = await this.d.launcher.place(jobId, specOf);
     if (outcome.kind === 'impossible') {
       await syncCapacity(this.db);

@@ -6,6 +6,7 @@ import { PassLoop } from '../util/pass-loop.ts';
 import { closeJobSession } from './billing.ts';
 import { STOP_GRACE_SECONDS } from './contract.ts';
 import type { Launcher, PlacedWorker } from './launcher.ts';
+import { type Preemption, preemptedBy } from './preemption.ts';
 import type { ReportReader } from './reports.ts';
 import type { TrainingLogger, TrainingService } from './service.ts';
 
@@ -23,6 +24,17 @@ function startedAtOf(rows: Map<string, Workload>, workers: PlacedWorker[]): Date
   const started = (rows.get(rank0?.workloadId ?? '')?.actualStatus as Partial<WorkloadStatus> | null)
     ?.startedAt;
   const at = started ? new Date(started) : null;
+  return at && !Number.isNaN(at.getTime()) ? at : null;
+}
+
+/** How long after a preempted rank 0 exited its last log lines (the SIGTERM checkpoint) are waited for. */
+const REPORT_SETTLE_MS = 5_000;
+
+function finishedAtOf(rows: Map<string, Workload>, workers: PlacedWorker[]): Date | null {
+  const rank0 = workers.find((w) => w.rank === 0);
+  const finished = (rows.get(rank0?.workloadId ?? '')?.actualStatus as Partial<WorkloadStatus> | null)
+    ?.finishedAt;
+  const at = finished ? new Date(finished) : null;
   return at && !Number.isNaN(at.getTime()) ? at : null;
 }
 
@@ -123,6 +135,7 @@ export class TrainingSupervisor {
       service: TrainingService;
       launcher: Launcher;
       reports: ReportReader;
+      preemption: Preemption;
       logger: () => TrainingLogger;
     },
     options: TrainingSupervisorOptions = {},
@@ -178,7 +191,11 @@ export class TrainingSupervisor {
         );
       await this.advance(job, now);
     }
-    for (const job of queued) await this.d.service.place(job.id);
+    for (const job of queued) {
+      const outcome = await this.d.service.place(job.id);
+      // No room: lower-priority training work may give its GPUs (preemption.ts).
+      if (outcome.kind === 'busy') await this.d.preemption.consider(job);
+    }
     await this.releaseFinished();
     await this.readTails(now);
     for (const hook of this.#hooks) await hook();
@@ -236,6 +253,14 @@ export class TrainingSupervisor {
           startedAtOf(byId, workers),
         );
       case 'stopped':
+        if (preemptedBy(job)) {
+          // The checkpoint the trainer reported just before it exited may still be on its way in the
+          // log stream: the requeue waits a few seconds after rank 0's exit for it (this pass drained).
+          const finished = finishedAtOf(byId, workers);
+          if (finished && now.getTime() - finished.getTime() < REPORT_SETTLE_MS && now.getTime() < deadline)
+            return;
+          return this.requeue(job, workers, now);
+        }
         return this.finish(job, 'stopped', result.reason, null, workers, now, startedAtOf(byId, workers));
     }
   }
@@ -274,6 +299,43 @@ export class TrainingSupervisor {
     });
     if (!ended) return;
     this.d.logger().info({ jobId: job.id, status, reason }, 'training job ended');
+    await this.d.launcher.release(workers);
+  }
+
+  /**
+   * A preempted job whose workers are gone: its billing session closed and the job queued again to resume
+   * from its latest checkpoint (the one written on SIGTERM, read by this pass's drain), in one transaction;
+   * then its workers released. It is placed again when GPUs free, rank 0 back on its checkpoints' host.
+   */
+  private async requeue(job: TrainingJob, workers: PlacedWorker[], now: Date): Promise<void> {
+    const checkpoint = await this.d.db.prisma.trainingCheckpoint.findFirst({
+      where: { jobId: job.id },
+      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+    });
+    const queued = await this.d.db.prisma.$transaction(async (tx) => {
+      const changed = await tx.trainingJob.updateMany({
+        where: { id: job.id, status: 'stopping', attempt: job.attempt },
+        data: {
+          status: 'queued',
+          statusReason: `${(job.stopRequest as { reason?: string }).reason ?? 'preempted'}; waiting for GPUs to ${
+            checkpoint ? `resume from checkpoint ${checkpoint.id}` : 'restart (no checkpoint was written)'
+          }`,
+          attempt: job.attempt + 1,
+          resumeFrom: checkpoint?.id ?? null,
+          placement: [],
+          exitCode: null,
+          queuedAt: now,
+          updatedAt: now,
+        },
+      });
+      if (changed.count === 0) return false;
+      await closeJobSession(tx, job, now, 'preempted');
+      return true;
+    });
+    if (!queued) return;
+    this.d
+      .logger()
+      .info({ jobId: job.id, checkpoint: checkpoint?.id ?? null }, 'preempted training job queued again');
     await this.d.launcher.release(workers);
   }
 

@@ -111,6 +111,8 @@ export function viewJob(
     exitCode: job.exitCode,
     trialNumber: job.trialNumber,
     resumedFrom: job.resumeFrom,
+    preemptions: job.preemptions,
+    preemptedAt: job.preemptedAt?.toISOString() ?? null,
     stopRequest: stop
       ? {
           saveCheckpoint: stop.saveCheckpoint ?? false,

@@ -96,5 +96,10 @@ export const Inventory = Type.Object({
   docker: DockerInventory,
   /** Absent from agents older than tenant isolation. */
   isolation: Type.Optional(IsolationInventory),
+  /**
+   * The address where this host publishes multi-host training gangs' rendezvous ports, reachable from
+   * the fleet's other hosts (ANVIL_RENDEZVOUS_ADDRESS). Absent or null: the host takes single-host gangs only.
+   */
+  rendezvousAddress: Type.Optional(Nullable(Type.String())),
 });
 export type Inventory = Static<typeof Inventory>;

@@ -55,6 +55,25 @@ export const RegistryAuth = Type.Object({
 });
 export type RegistryAuth = Static<typeof RegistryAuth>;
 
+/**
+ * The cross-host path of a multi-host training gang (README: Training, multi-node). `publish`: container
+ * ports published on the host's rendezvous address (ANVIL_RENDEZVOUS_ADDRESS), same port on the host,
+ * admitted only from `peers` (the gang's other hosts' rendezvous addresses). `dial`: the endpoints this
+ * container may open connections to on other hosts; the host's other accounts may not reach them.
+ */
+export const RendezvousSpec = Type.Object({
+  publish: Type.Array(Type.Integer({ minimum: 1, maximum: 65535 }), { maxItems: 16 }),
+  peers: Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 64 }),
+  dial: Type.Array(
+    Type.Object({
+      address: Type.String({ minLength: 1, maxLength: 64 }),
+      port: Type.Integer({ minimum: 1, maximum: 65535 }),
+    }),
+    { maxItems: 64 },
+  ),
+});
+export type RendezvousSpec = Static<typeof RendezvousSpec>;
+
 /** What the control plane wants running: one container per workload id. */
 export const WorkloadSpec = Type.Object({
   workloadId: WorkloadId,
@@ -112,6 +131,8 @@ export const WorkloadSpec = Type.Object({
    * of the spec hash, never logged. null or absent: the image is pulled anonymously.
    */
   registryAuth: Type.Optional(Nullable(RegistryAuth)),
+  /** A multi-host training worker's cross-host path (RendezvousSpec); absent or null: none. */
+  rendezvous: Type.Optional(Nullable(RendezvousSpec)),
 });
 export type WorkloadSpec = Static<typeof WorkloadSpec>;
 

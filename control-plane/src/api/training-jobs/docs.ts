@@ -12,7 +12,14 @@ export const LIFECYCLE =
   'became unreachable; statusReason says which). stop: pending/running → stopping → stopped; queued → ' +
   'cancelled. resume: stopped/failed/cancelled → queued → pending → running. Pending and queued jobs are not ' +
   'billed. A control-plane restart loses nothing (every state is a row; the supervisor carries on); a job ' +
-  "whose host dies fails and its containers are removed when that host's agent reconnects.";
+  "whose host dies fails and its containers are removed when that host's agent reconnects. Preemption: a " +
+  'queued job that does not fit may take the GPUs of running training jobs of lower priority (high > normal > ' +
+  "low) of its own account, or of any account when the operator's ANVIL_TRAINING_PREEMPTION is any-account " +
+  '(off: never); the fewest victims are chosen, lowest priority and latest started first, and only when they ' +
+  'free enough. A victim goes running → stopping (SIGTERM: checkpoint and exit, the stop grace period) → queued ' +
+  '(its billing session closed; attempt + 1, resumedFrom its latest checkpoint) and runs again when GPUs free. ' +
+  'Each preemption adds 1 to preemptions, sets preemptedAt, writes an audit event (training_preemption) and a ' +
+  "training.preempted webhook event to the victim's account. Clusters and endpoint workers are never preempted.";
 
 export const FIGURES =
   "Every figure comes from the trainer's reports, the clock and the price table (null when unknown): metrics " +

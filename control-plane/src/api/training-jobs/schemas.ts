@@ -199,6 +199,11 @@ export const Job = Type.Object(
     exitCode: Int,
     trialNumber: Int,
     resumedFrom: Nullable(Type.String()),
+    preemptions: Type.Integer({
+      description:
+        'Times the job gave its GPUs to a queued job of higher priority (each an audit event and a training.preempted webhook event)',
+    }),
+    preemptedAt: Nullable(Type.String({ format: 'date-time' })),
     stopRequest: Nullable(
       Type.Object({
         saveCheckpoint: Type.Boolean(),
