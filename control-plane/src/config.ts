@@ -18,6 +18,12 @@ export interface Config {
   bodyLimitBytes: number;
   /** How long graceful shutdown waits for in-flight requests before closing connections. */
   shutdownTimeoutMs: number;
+  /**
+   * On SIGTERM, how long /readyz answers 503 while every request is still served, before the process stops
+   * accepting work (ANVIL_SHUTDOWN_DRAIN_MS): long enough for a load balancer's health checks to take this
+   * replica out, so a rolling restart fails no request. 0: stop at once (one replica, no balancer).
+   */
+  shutdownDrainMs: number;
   /** Base URL clients reach this server at: invitation links and avatar URLs are built from it. */
   publicUrl: string;
   /** AES-256-GCM key sealing stored secrets (null: a generated key in <dataDir>/secret.key). */
@@ -319,6 +325,7 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel,
     bodyLimitBytes: integer(env, 'ANVIL_BODY_LIMIT_BYTES', 1_048_576, 1024, 1_073_741_824),
     shutdownTimeoutMs: integer(env, 'ANVIL_SHUTDOWN_TIMEOUT_MS', 10_000, 0, 600_000),
+    shutdownDrainMs: integer(env, 'ANVIL_SHUTDOWN_DRAIN_MS', 0, 0, 600_000),
     publicUrl,
     replicaUrl,
     secretKey,

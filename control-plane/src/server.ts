@@ -72,6 +72,11 @@ export async function startServer(
     close() {
       closing ??= (async () => {
         context.ready = false;
+        // Draining: /readyz says 503 while requests are still served, until the balancer has noticed.
+        if (config.shutdownDrainMs > 0) {
+          logger.info({ drainMs: config.shutdownDrainMs }, 'draining before shutdown');
+          await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
+        }
         // The local agent goes first, so it says goodbye on a connection that is still served.
         await localAgent?.stop();
         await context.proxy.stop(config.shutdownTimeoutMs);
