@@ -40,6 +40,8 @@ import { Reconciler } from './reconcile/reconciler.ts';
 import { watchDocker } from './reconcile/watch.ts';
 import { TunnelManager } from './tunnels/manager.ts';
 import { AGENT_VERSION } from './version.ts';
+import { ContainerAddresses } from './worker-api/addresses.ts';
+import { WorkerApiRelay } from './worker-api/relay.ts';
 
 /** Everything the agent touches, injected (Coder's agent style): tests swap any part. */
 export interface AgentOptions {
@@ -80,6 +82,11 @@ export interface AgentOptions {
   diskMeasureMs?: number;
   /** ANVIL_DIRECT_PORTS_ADDRESS and its range; absent: no port is published on the host. */
   directPorts?: DirectPorts | null;
+  /**
+   * The worker API port (ANVIL_WORKER_API_PORT, worker-api/relay.ts) containers reach the control plane's
+   * worker API through; absent or null: none, and workers of the RunPod protocol cannot take jobs here.
+   */
+  workerApi?: { port: number; address?: string } | null;
 }
 
 export interface Agent {
@@ -120,7 +127,10 @@ export function createAgent(options: AgentOptions): Agent {
   let metricsMs: number | null = null;
   /** The credential of the current session: tunnel sockets present it. */
   let sessionCredential: HandshakeResult['credential'] | null = null;
-  const firewall = options.firewall ?? createIptablesFirewall();
+  const workerApiPort = options.docker ? (options.workerApi?.port ?? null) : null;
+  const firewall =
+    options.firewall ??
+    createIptablesFirewall(undefined, { acceptTcpPorts: workerApiPort ? [workerApiPort] : [] });
   /** Probed once at start (run), before any container is created. */
   let storageQuota: StorageQuota = { enforced: false, reason: 'not probed yet' };
   const tunnels = new TunnelManager({
@@ -128,6 +138,18 @@ export function createAgent(options: AgentOptions): Agent {
     controlPlaneUrl: options.controlPlaneUrl,
     logger: options.logger.child({ component: 'tunnels' }),
   });
+
+  const relay =
+    options.docker && workerApiPort
+      ? new WorkerApiRelay({
+          controlPlaneUrl: options.controlPlaneUrl,
+          addresses: new ContainerAddresses(options.docker, () => workers?.hostId ?? null),
+          credential: () => sessionCredential,
+          logger: options.logger.child({ component: 'worker-api' }),
+        })
+      : null;
+  /** Set once the relay listens: only then do containers get its address. */
+  let workerApi: { port: number } | null = null;
 
   function send(message: AgentMessage): boolean {
     if (!channel?.isOpen) return false;
@@ -207,6 +229,7 @@ export function createAgent(options: AgentOptions): Agent {
           })
         : null,
       directPorts: options.directPorts ?? null,
+      workerApi,
       storageQuota: storageQuota.enforced,
       ...(disk ? { diskUsage: (id: string) => disk.usage(id) } : {}),
       onPass: () => {
@@ -458,6 +481,18 @@ export function createAgent(options: AgentOptions): Agent {
           { reason: storageQuota.reason },
           'storage_gb cannot be enforced on this host (measured only)',
         );
+      if (relay && workerApiPort) {
+        try {
+          workerApi = { port: await relay.listen(workerApiPort, options.workerApi?.address) };
+          options.logger.info({ port: workerApi.port }, 'worker API relay listening');
+        } catch (err) {
+          // The rest of the agent works without it; RunPod-protocol workers on this host cannot take jobs.
+          options.logger.error(
+            { port: workerApiPort, err: errorMessage(err) },
+            'worker API port not available: workers of the RunPod protocol cannot reach the control plane from this host',
+          );
+        }
+      }
       // A saved credential names the host: start observing Docker and following logs right away,
       // before the control plane answers, so an outage at start loses no log line.
       const saved = await credentials.load();
@@ -486,6 +521,7 @@ export function createAgent(options: AgentOptions): Agent {
         );
       } finally {
         tunnels.closeAll();
+        await relay?.close();
         // Workloads keep running: stopping the agent must never stop a customer's container.
         if (workers) {
           workers.stop.abort();

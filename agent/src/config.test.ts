@@ -33,7 +33,18 @@ describe('agent configuration', () => {
       directPortsAddress: null,
       directPortsRange: null,
       hostImages: [],
+      workerApiPort: 7071,
     });
+  });
+
+  it('reads the worker API port (0 turns it off) and refuses a bad one', async () => {
+    expect((await config(['--control-plane', 'https://cp', '--worker-api-port', '0'])).workerApiPort).toBe(0);
+    expect((await config(['--control-plane', 'https://cp', '--worker-api-port', '9001'])).workerApiPort).toBe(
+      9001,
+    );
+    await expect(config(['--control-plane', 'https://cp', '--worker-api-port', '70000'])).rejects.toThrow(
+      /worker API port "70000"/,
+    );
   });
 
   it.each([

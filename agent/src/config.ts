@@ -54,7 +54,15 @@ export interface AgentConfig {
    * with its account's credentials before each create. See image-policy.ts and the README.
    */
   hostImages: string[];
+  /**
+   * The worker API port (worker-api/relay.ts) this host's containers reach the control plane's worker API
+   * through (RunPod-protocol workers). Default 7071; 0 turns it off.
+   */
+  workerApiPort: number;
 }
+
+/** The worker API port when ANVIL_WORKER_API_PORT is not set. */
+export const DEFAULT_WORKER_API_PORT = 7071;
 
 /** The range direct ports are taken from when ANVIL_DIRECT_PORTS_RANGE is not set. */
 export const DEFAULT_DIRECT_PORTS_RANGE = '30000-32767';
@@ -83,6 +91,7 @@ const ConfigFile = Type.Object(
     directPortsAddress: Type.Optional(Type.String()),
     directPortsRange: Type.Optional(Type.String()),
     hostImages: Type.Optional(Type.String()),
+    workerApiPort: Type.Optional(Type.String()),
   },
   // A misspelt key would otherwise be ignored in silence.
   { additionalProperties: false },
@@ -101,6 +110,7 @@ const FLAGS: Record<Keys, string> = {
   directPortsAddress: 'direct-ports-address',
   directPortsRange: 'direct-ports-range',
   hostImages: 'host-images',
+  workerApiPort: 'worker-api-port',
 };
 const ENV: Record<Keys, string> = {
   controlPlane: 'ANVIL_CONTROL_PLANE',
@@ -114,6 +124,7 @@ const ENV: Record<Keys, string> = {
   directPortsAddress: 'ANVIL_DIRECT_PORTS_ADDRESS',
   directPortsRange: 'ANVIL_DIRECT_PORTS_RANGE',
   hostImages: 'ANVIL_HOST_IMAGES',
+  workerApiPort: 'ANVIL_WORKER_API_PORT',
 };
 
 export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-token <token>] [--state-dir <dir>]
@@ -121,7 +132,8 @@ export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-toke
                        [--log-level info] [--config <file.json>]
                        [--allow-insecure-control-plane true]   (needed for ws:// or http:// off loopback)
                        [--direct-ports-address <ip>] [--direct-ports-range 30000-32767]
-                       [--log-level info] [--host-images 'ref,prefix/*'] [--config <file.json>]
+                       [--log-level info] [--host-images 'ref,prefix/*'] [--worker-api-port 7071]
+                       [--config <file.json>]
 Each flag also reads from an ANVIL_* environment variable or the JSON config file (see agent/README.md).`;
 
 export class ConfigError extends Error {
@@ -240,6 +252,12 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
         `direct ports range ${JSON.stringify(directPortsRange)}: expected <first>-<last> within 1-65535`,
       );
   }
+  const workerApiText = pick('workerApiPort') ?? String(DEFAULT_WORKER_API_PORT);
+  const workerApiPort = /^\d{1,5}$/.test(workerApiText) ? Number(workerApiText) : Number.NaN;
+  if (!(workerApiPort >= 0 && workerApiPort <= 65535))
+    throw new ConfigError(
+      `worker API port ${JSON.stringify(workerApiText)}: expected a port from 1 to 65535, or 0 for none`,
+    );
   return {
     help: false,
     config: {
@@ -257,6 +275,7 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
         .split(',')
         .map((entry) => entry.trim())
         .filter((entry) => entry !== ''),
+      workerApiPort,
     },
   };
 }

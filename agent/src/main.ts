@@ -70,6 +70,7 @@ async function main(): Promise<number> {
     host: systemHost,
     logger,
     directPorts: directPortsOf(config),
+    workerApi: config.workerApiPort > 0 ? { port: config.workerApiPort } : null,
   });
 
   const abort = new AbortController();

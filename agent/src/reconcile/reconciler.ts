@@ -67,6 +67,8 @@ export interface ReconcilerOptions {
   directPorts?: DirectPorts | null;
   /** Whether the engine bounds writable layers (`--storage-opt size`, see storage-quota.ts). */
   storageQuota?: boolean;
+  /** The agent's worker API port (SpecContext.workerApi); null: none. */
+  workerApi?: { port: number } | null;
   /** The last disk measure of a workload (DiskMeter); absent: disk is not reported. */
   diskUsage?: (workloadId: string) => DiskUsage | null;
 }
@@ -107,6 +109,7 @@ export class Reconciler {
       | 'requestDownload'
       | 'networks'
       | 'directPorts'
+      | 'workerApi'
       | 'storageQuota'
       | 'diskUsage'
       | 'hostImages'
@@ -143,6 +146,7 @@ export class Reconciler {
       downloadRoot,
       gpuMode: options.gpuMode,
       directPorts: options.directPorts ?? null,
+      workerApi: options.workerApi ?? null,
       storageQuota: options.storageQuota ?? false,
       hostCpus: availableParallelism(),
     };
