@@ -18,6 +18,9 @@ interface PendingRun {
   outputs: unknown[];
 }
 
+/** Job ids kept per worker for its job-stop. */
+const MAX_STOPS = 1_000;
+
 /** Why a run handed to a worker of the RunPod protocol ended without its answer. */
 export class RunAborted extends Error {}
 
@@ -171,6 +174,8 @@ export class RunpodBridge {
   #stop(workerId: string, jobId: string): void {
     const ids = this.#stops.get(workerId) ?? new Set<string>();
     ids.add(jobId);
+    // A worker that never asks (a library without job-stop) keeps only the latest ones.
+    if (ids.size > MAX_STOPS) ids.delete(ids.values().next().value as string);
     this.#stops.set(workerId, ids);
     for (const wake of [...(this.#stopWaiters.get(workerId) ?? [])]) wake();
   }
