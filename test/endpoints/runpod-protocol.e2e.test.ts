@@ -164,6 +164,42 @@ describe.skipIf(!dockerAvailable())('serverless endpoints: workers of the RunPod
     expect((await health()).jobs).toMatchObject({ inProgress: 0, inQueue: 0 });
   });
 
+  it('scales to zero when idle; the next job waits for a cold start, counted in its delayTime', {
+    timeout: 240_000,
+  }, async () => {
+    const autoScaling = async (settings: Record<string, unknown>) => {
+      const put = await fetch(`${f.cp.url}/v2/endpoints/${endpointId}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${f.cp.ownerKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ autoScaling: settings }),
+      });
+      expect(put.status).toBe(200);
+    };
+    await autoScaling({
+      enabled: true,
+      minWorkers: 0,
+      maxWorkers: 1,
+      scaleDownCooldown: 0,
+      scaleUpCooldown: 0,
+    });
+    await waitFor(
+      'scaled to zero',
+      async () => (await api('GET', `/v2/endpoints/${endpointId}`)).body.status === 'inactive',
+      120_000,
+    );
+    expect((await health()).workers).toMatchObject({ ready: 0, initializing: 0 });
+    const cold = await run({ cold: true });
+    // The worker it starts stays for the next test.
+    await autoScaling({ scaleDownCooldown: 3600 });
+    const done = await waitJob(cold, (j) => j.status === 'COMPLETED', 'COMPLETED', 180_000);
+    const worker = await f.cp.context.db.prisma.endpointWorker.findUniqueOrThrow({
+      where: { id: done.workerId },
+    });
+    const coldStart = worker.readyAt!.getTime() - worker.createdAt.getTime();
+    expect(coldStart).toBeGreaterThan(0);
+    expect(done.delayTime).toBeGreaterThanOrEqual(coldStart);
+  });
+
   it('answers only the worker container, with its own token', { timeout: 60_000 }, async () => {
     // From the host itself (not a container of the agent's): closed before anything is relayed.
     const closed = await new Promise<string>((resolve) => {
@@ -179,9 +215,9 @@ describe.skipIf(!dockerAvailable())('serverless endpoints: workers of the RunPod
     });
     expect(closed).toBe('');
     // From the worker's container with a wrong token, or another worker's path: 401.
-    const [row] = await f.cp.context.db.prisma.endpointWorker.findMany({
-      where: { endpointId, status: 'ready' },
-    });
+    const row = await waitFor('a ready worker', () =>
+      f.cp.context.db.prisma.endpointWorker.findFirst({ where: { endpointId, status: 'ready' } }),
+    );
     const ping = `http://anvil-agent:${workerApiPort}/v2/${endpointId}/ping/${row!.id}`;
     expect(await wgetInWorker(['--header', 'Authorization: anw_wrong', ping])).toContain('401');
     const env: string[] = (await (await worker()).inspect()).Config.Env;
@@ -189,5 +225,11 @@ describe.skipIf(!dockerAvailable())('serverless endpoints: workers of the RunPod
     expect(await wgetInWorker(['--header', `Authorization: ${token}`, ping])).toContain('200 OK');
     const other = ping.replace(row!.id, 'wl_someoneelse');
     expect(await wgetInWorker(['--header', `Authorization: ${token}`, other])).toContain('401');
+    // Once the worker is stopped its token is void, even from its container still running (its stop grace).
+    await f.cp.context.db.prisma.endpointWorker.update({
+      where: { id: row!.id },
+      data: { status: 'stopped' },
+    });
+    expect(await wgetInWorker(['--header', `Authorization: ${token}`, ping])).toContain('401');
   });
 });
