@@ -2,6 +2,7 @@
 import { runAgentIdleBench } from './agent-idle.ts';
 import { runAuthVerifyBench } from './auth-verify.ts';
 import { runClusterCreateBench } from './cluster-create.ts';
+import { runEndpointOverheadBench } from './endpoint-overhead.ts';
 import { runFleetSimBench } from './fleet-sim.ts';
 import { runProxyBench } from './proxy.ts';
 import { runSshScpBench } from './ssh-scp.ts';
@@ -12,3 +13,4 @@ await runFleetSimBench();
 await runAgentIdleBench();
 await runProxyBench();
 await runSshScpBench();
+await runEndpointOverheadBench();

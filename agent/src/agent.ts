@@ -43,6 +43,8 @@ import { watchDocker } from './reconcile/watch.ts';
 import { TunnelManager } from './tunnels/manager.ts';
 import type { SelfUpgrader, UpgradeResult } from './upgrade/self-upgrade.ts';
 import { AGENT_VERSION } from './version.ts';
+import { ContainerAddresses } from './worker-api/addresses.ts';
+import { WorkerApiRelay } from './worker-api/relay.ts';
 
 /** How old an inventory a reconnect's hello may reuse (a fresh one follows the welcome). */
 const INVENTORY_REUSE_MS = 10 * 60_000;
@@ -94,6 +96,11 @@ export interface AgentOptions {
   onUpgraded?: (result: UpgradeResult) => void;
   /** ANVIL_RENDEZVOUS_ADDRESS; absent: this host takes single-host training gangs only. */
   rendezvousAddress?: string | null;
+  /**
+   * The worker API port (ANVIL_WORKER_API_PORT, worker-api/relay.ts) containers reach the control plane's
+   * worker API through; absent or null: none, and workers of the RunPod protocol cannot take jobs here.
+   */
+  workerApi?: { port: number; address?: string } | null;
 }
 
 export interface Agent {
@@ -134,7 +141,10 @@ export function createAgent(options: AgentOptions): Agent {
   let metricsMs: number | null = null;
   /** The credential of the current session: tunnel sockets present it. */
   let sessionCredential: HandshakeResult['credential'] | null = null;
-  const firewall = options.firewall ?? createIptablesFirewall();
+  const workerApiPort = options.docker ? (options.workerApi?.port ?? null) : null;
+  const firewall =
+    options.firewall ??
+    createIptablesFirewall(undefined, { acceptTcpPorts: workerApiPort ? [workerApiPort] : [] });
   /** Probed once at start (run), before any container is created. */
   let storageQuota: StorageQuota = { enforced: false, reason: 'not probed yet' };
   const files = new VolumeFiles(options.volumeRoot);
@@ -145,6 +155,18 @@ export function createAgent(options: AgentOptions): Agent {
     allowInsecure: options.allowInsecureControlPlane ?? false,
     logger: options.logger.child({ component: 'tunnels' }),
   });
+
+  const relay =
+    options.docker && workerApiPort
+      ? new WorkerApiRelay({
+          controlPlaneUrl: options.controlPlaneUrl,
+          addresses: new ContainerAddresses(options.docker, () => workers?.hostId ?? null),
+          credential: () => sessionCredential,
+          logger: options.logger.child({ component: 'worker-api' }),
+        })
+      : null;
+  /** Set once the relay listens: only then do containers get its address. */
+  let workerApi: { port: number } | null = null;
 
   function send(message: AgentMessage): boolean {
     if (!channel?.isOpen) return false;
@@ -261,6 +283,7 @@ export function createAgent(options: AgentOptions): Agent {
         : null,
       directPorts: options.directPorts ?? null,
       rendezvousAddress: options.rendezvousAddress ?? null,
+      workerApi,
       storageQuota: storageQuota.enforced,
       ...(disk ? { diskUsage: (id: string) => disk.usage(id) } : {}),
       onPass: () => {
@@ -551,6 +574,18 @@ export function createAgent(options: AgentOptions): Agent {
           { reason: storageQuota.reason },
           'storage_gb cannot be enforced on this host (measured only)',
         );
+      if (relay && workerApiPort) {
+        try {
+          workerApi = { port: await relay.listen(workerApiPort, options.workerApi?.address) };
+          options.logger.info({ port: workerApi.port }, 'worker API relay listening');
+        } catch (err) {
+          // The rest of the agent works without it; RunPod-protocol workers on this host cannot take jobs.
+          options.logger.error(
+            { port: workerApiPort, err: errorMessage(err) },
+            'worker API port not available: workers of the RunPod protocol cannot reach the control plane from this host',
+          );
+        }
+      }
       // A saved credential names the host: start observing Docker and following logs right away,
       // before the control plane answers, so an outage at start loses no log line.
       const saved = await credentials.load();
@@ -579,6 +614,7 @@ export function createAgent(options: AgentOptions): Agent {
         );
       } finally {
         tunnels.closeAll();
+        await relay?.close();
         // Workloads keep running: stopping the agent must never stop a customer's container.
         if (workers) {
           workers.stop.abort();

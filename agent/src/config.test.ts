@@ -35,6 +35,7 @@ describe('agent configuration', () => {
       rendezvousAddress: null,
       hostImages: [],
       installDir: null,
+      workerApiPort: 7071,
     });
   });
 
@@ -52,6 +53,16 @@ describe('agent configuration', () => {
     expect((await config([], env('10.0.0.5'))).rendezvousAddress).toBe('10.0.0.5');
     await expect(config([], env('0.0.0.0'))).rejects.toThrow(/one IPv4 address/);
     await expect(config([], env('cp.example.com'))).rejects.toThrow(/one IPv4 address/);
+  });
+
+  it('reads the worker API port (0 turns it off) and refuses a bad one', async () => {
+    expect((await config(['--control-plane', 'https://cp', '--worker-api-port', '0'])).workerApiPort).toBe(0);
+    expect((await config(['--control-plane', 'https://cp', '--worker-api-port', '9001'])).workerApiPort).toBe(
+      9001,
+    );
+    await expect(config(['--control-plane', 'https://cp', '--worker-api-port', '70000'])).rejects.toThrow(
+      /worker API port "70000"/,
+    );
   });
 
   it.each([

@@ -65,7 +65,15 @@ export interface AgentConfig {
    * the agent upgrades itself there when the control plane asks. Null (run from a checkout): it cannot.
    */
   installDir: string | null;
+  /**
+   * The worker API port (worker-api/relay.ts) this host's containers reach the control plane's worker API
+   * through (RunPod-protocol workers). Default 7071; 0 turns it off.
+   */
+  workerApiPort: number;
 }
+
+/** The worker API port when ANVIL_WORKER_API_PORT is not set. */
+export const DEFAULT_WORKER_API_PORT = 7071;
 
 /** The range direct ports are taken from when ANVIL_DIRECT_PORTS_RANGE is not set. */
 export const DEFAULT_DIRECT_PORTS_RANGE = '30000-32767';
@@ -96,6 +104,7 @@ const ConfigFile = Type.Object(
     rendezvousAddress: Type.Optional(Type.String()),
     hostImages: Type.Optional(Type.String()),
     installDir: Type.Optional(Type.String()),
+    workerApiPort: Type.Optional(Type.String()),
   },
   // A misspelt key would otherwise be ignored in silence.
   { additionalProperties: false },
@@ -116,6 +125,7 @@ const FLAGS: Record<Keys, string> = {
   rendezvousAddress: 'rendezvous-address',
   hostImages: 'host-images',
   installDir: 'install-dir',
+  workerApiPort: 'worker-api-port',
 };
 const ENV: Record<Keys, string> = {
   controlPlane: 'ANVIL_CONTROL_PLANE',
@@ -131,6 +141,7 @@ const ENV: Record<Keys, string> = {
   rendezvousAddress: 'ANVIL_RENDEZVOUS_ADDRESS',
   hostImages: 'ANVIL_HOST_IMAGES',
   installDir: 'ANVIL_INSTALL_DIR',
+  workerApiPort: 'ANVIL_WORKER_API_PORT',
 };
 
 export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-token <token>] [--state-dir <dir>]
@@ -138,7 +149,8 @@ export const USAGE = `usage: npm run agent -- --control-plane <url> [--join-toke
                        [--log-level info] [--config <file.json>]
                        [--allow-insecure-control-plane true]   (needed for ws:// or http:// off loopback)
                        [--direct-ports-address <ip>] [--direct-ports-range 30000-32767]
-                       [--log-level info] [--host-images 'ref,prefix/*'] [--config <file.json>]
+                       [--log-level info] [--host-images 'ref,prefix/*'] [--worker-api-port 7071]
+                       [--config <file.json>]
                        [--install-dir /opt/anvil-agent]   (set by install.sh: self-upgrades go there)
        npm run agent -- --probe [--nvml-library <path>] [--simulate-gpus 2xH100]
                        (print the GPU inventory and one metrics/health sample as JSON, then exit)
@@ -311,6 +323,12 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
         `direct ports range ${JSON.stringify(directPortsRange)}: expected <first>-<last> within 1-65535`,
       );
   }
+  const workerApiText = pick('workerApiPort') ?? String(DEFAULT_WORKER_API_PORT);
+  const workerApiPort = /^\d{1,5}$/.test(workerApiText) ? Number(workerApiText) : Number.NaN;
+  if (!(workerApiPort >= 0 && workerApiPort <= 65535))
+    throw new ConfigError(
+      `worker API port ${JSON.stringify(workerApiText)}: expected a port from 1 to 65535, or 0 for none`,
+    );
   return {
     help: false,
     config: {
@@ -330,6 +348,7 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
         .map((entry) => entry.trim())
         .filter((entry) => entry !== ''),
       installDir: installDirOf(pick('installDir')),
+      workerApiPort,
     },
   };
 }

@@ -91,6 +91,7 @@ async function main(): Promise<number> {
       abort.abort();
     },
     rendezvousAddress: config.rendezvousAddress,
+    workerApi: config.workerApiPort > 0 ? { port: config.workerApiPort } : null,
   });
 
   abort.signal.addEventListener('abort', () => gpu.close?.(), { once: true });

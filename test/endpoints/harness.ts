@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type Dockerode from 'dockerode';
+import type { AgentOptions } from '../../agent/src/agent.ts';
 import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { memoizedHost } from '../clusters/harness.ts';
@@ -23,6 +24,12 @@ export async function workerCommand(port = 8000): Promise<string[]> {
   ];
 }
 
+/** A worker of the RunPod protocol (fixtures/runpod-worker.sh), travelling inside its command as worker.sh does. */
+export async function runpodWorkerCommand(): Promise<string[]> {
+  const script = (await readFile(join(FIXTURES, 'runpod-worker.sh'))).toString('base64');
+  return ['sh', '-c', `echo ${script} | base64 -d > /tmp/worker.sh && exec sh /tmp/worker.sh`];
+}
+
 /**
  * A real control plane over HTTP on loopback (restartable over the same database), and one in-process
  * agent against real Docker with simulated 2xH100 (the only fake). Worker containers are real busybox.
@@ -38,13 +45,16 @@ export interface EndpointFleet {
   close(): Promise<void>;
 }
 
-export async function startEndpointFleet(env: Record<string, string> = {}): Promise<EndpointFleet> {
+export async function startEndpointFleet(
+  env: Record<string, string> = {},
+  agentOptions: Partial<AgentOptions> = {},
+): Promise<EndpointFleet> {
   const docker = testDocker();
   await ensureBusyboxImage(docker);
   const cp = await FleetControlPlane.start({ env: { ANVIL_OUTBOUND_ALLOW_PRIVATE: 'true', ...env } });
   const joinToken = await cp.joinToken();
   const host = memoizedHost();
-  const options = { controlPlaneUrl: cp.url, handshakeTimeoutMs: 60_000, host };
+  const options = { controlPlaneUrl: cp.url, handshakeTimeoutMs: 60_000, host, ...agentOptions };
   let agent = await startAgent(docker, { ...options, joinToken });
   const hostId = await waitFor(
     'host ready',

@@ -1,5 +1,5 @@
 import { join, resolve, sep } from 'node:path';
-import type { WorkloadSpec } from '@anvil/shared/protocol';
+import { WORKER_API_HOST, type WorkloadSpec } from '@anvil/shared/protocol';
 import type { ContainerCreateOptions } from 'dockerode';
 import { networkNameOf, UNISOLATED_NETWORK } from '../network/account-networks.ts';
 import { downloadPath } from '../reconcile/download-cache.ts';
@@ -53,6 +53,11 @@ export function buildCreateOptions(
   const env = Object.entries(merged)
     .filter(([key]) => key !== 'NVIDIA_VISIBLE_DEVICES')
     .map(([key, value]) => `${key}=${value}`);
+  const workerApi = spec.workerApi && context.workerApi ? context.workerApi : null;
+  if (spec.workerApi && workerApi) {
+    for (const [name, path] of Object.entries(spec.workerApi.urlEnv))
+      env.push(`${name}=http://${WORKER_API_HOST}:${workerApi.port}${path}`);
+  }
   env.push(gpuEnv(spec));
 
   const labels: Record<string, string> = {};
@@ -98,6 +103,8 @@ export function buildCreateOptions(
     SecurityOpt: ['no-new-privileges:true'],
     PidsLimit: spec.pidsLimit ?? DEFAULT_PIDS_LIMIT,
   };
+  // The engine's host gateway: the one host address the firewall lets containers reach, on that port only.
+  if (workerApi) hostConfig.ExtraHosts = [`${WORKER_API_HOST}:host-gateway`];
   if (spec.cpus !== null) {
     const cpus = context.hostCpus ? Math.min(spec.cpus, context.hostCpus) : spec.cpus;
     hostConfig.NanoCpus = Math.round(cpus * 1e9);

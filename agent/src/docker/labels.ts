@@ -52,6 +52,12 @@ export interface SpecContext {
    * larger request is capped here (the limit cannot give more than the host has anyway).
    */
   hostCpus?: number;
+  /**
+   * The agent's worker API port (worker-api/relay.ts): a spec with `workerApi` gets its URLs in the env,
+   * the port being reached at WORKER_API_HOST (the engine's host gateway). Absent or null: the agent
+   * serves none, and such a spec's URL variables are left unset.
+   */
+  workerApi?: { port: number } | null;
 }
 
 export interface DirectPorts {

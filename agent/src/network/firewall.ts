@@ -56,12 +56,21 @@ interface Rule {
  * IPv6: the networks have no IPv6 addresses, but the link-local fe80:: address of the bridge still reaches
  * the host, so the INPUT rule is repeated for ip6tables.
  */
-export function bridgeRules(bridge: string): Rule[] {
+export function bridgeRules(bridge: string, acceptTcpPorts: readonly number[] = []): Rule[] {
   const comment = ['-m', 'comment', '--comment', `${RULE_COMMENT} ${bridge}`];
   const notReply = ['-m', 'conntrack', '!', '--ctstate', 'ESTABLISHED,RELATED'];
   const toRendezvous = ['-i', bridge, '-m', 'comment', '--comment', `${RENDEZVOUS_COMMENT} ${bridge}`];
   return [
     { binary: 'iptables', chain: 'INPUT', spec: [...toRendezvous, '-j', RENDEZVOUS_CHAIN] },
+    // The agent's worker API port (worker-api/relay.ts), the one host service containers may open: it
+    // answers only this host's containers and relays them to the control plane, which checks their token.
+    ...acceptTcpPorts.map(
+      (port): Rule => ({
+        binary: 'iptables',
+        chain: 'INPUT',
+        spec: ['-i', bridge, '-p', 'tcp', '--dport', String(port), ...comment, '-j', 'ACCEPT'],
+      }),
+    ),
     { binary: 'iptables', chain: 'INPUT', spec: ['-i', bridge, ...notReply, ...comment, '-j', 'DROP'] },
     { binary: 'ip6tables', chain: 'INPUT', spec: ['-i', bridge, ...notReply, ...comment, '-j', 'DROP'] },
     { binary: 'iptables', chain: 'DOCKER-USER', spec: [...toRendezvous, '-j', RENDEZVOUS_CHAIN] },
@@ -122,7 +131,10 @@ function describe(err: unknown): string {
  * takes). A host without iptables, or where the agent may not change it, reports that isolation is not
  * enforced instead of pretending.
  */
-export function createIptablesFirewall(run: CommandRunner = runCommand): Firewall {
+export function createIptablesFirewall(
+  run: CommandRunner = runCommand,
+  options: { acceptTcpPorts?: readonly number[] } = {},
+): Firewall {
   let state: FirewallState | null = null;
   let ipv4 = true;
   let ipv6 = true;
@@ -148,7 +160,7 @@ export function createIptablesFirewall(run: CommandRunner = runCommand): Firewal
   }
 
   function rulesFor(bridge: string): Rule[] {
-    return bridgeRules(bridge).filter((r) => ipv6 || r.binary === 'iptables');
+    return bridgeRules(bridge, options.acceptTcpPorts ?? []).filter((r) => ipv6 || r.binary === 'iptables');
   }
 
   /** The rendezvous chains exist (created once; an existing one is kept) and mangle PREROUTING enters it. */

@@ -69,6 +69,8 @@ export interface ReconcilerOptions {
   rendezvousAddress?: string | null;
   /** Whether the engine bounds writable layers (`--storage-opt size`, see storage-quota.ts). */
   storageQuota?: boolean;
+  /** The agent's worker API port (SpecContext.workerApi); null: none. */
+  workerApi?: { port: number } | null;
   /** The last disk measure of a workload (DiskMeter); absent: disk is not reported. */
   diskUsage?: (workloadId: string) => DiskUsage | null;
 }
@@ -111,6 +113,7 @@ export class Reconciler {
       | 'networks'
       | 'directPorts'
       | 'rendezvousAddress'
+      | 'workerApi'
       | 'storageQuota'
       | 'diskUsage'
       | 'hostImages'
@@ -148,6 +151,7 @@ export class Reconciler {
       gpuMode: options.gpuMode,
       directPorts: options.directPorts ?? null,
       rendezvousAddress: options.rendezvousAddress ?? null,
+      workerApi: options.workerApi ?? null,
       storageQuota: options.storageQuota ?? false,
       hostCpus: availableParallelism(),
     };

@@ -11,6 +11,30 @@ import type { TunnelDial } from './socket.ts';
  * status (and the control plane's reason) when refused, or on time-out.
  */
 export function dialUpgrade(dial: TunnelDial): Promise<Socket> {
+  return dialRawUpgrade({
+    url: dial.url,
+    timeoutMs: dial.timeoutMs,
+    what: 'tunnel socket',
+    headers: {
+      authorization: `Bearer ${dial.credential}`,
+      [TUNNEL_HEADERS.hostId]: dial.hostId,
+      [TUNNEL_HEADERS.tunnelId]: dial.tunnelId,
+      [TUNNEL_HEADERS.token]: dial.token,
+    },
+  });
+}
+
+/**
+ * The raw upgrade itself, for any path of the control plane that hands over a byte pipe (tunnels, the
+ * worker API relay): `headers` carry the credentials, `what` names the socket in errors.
+ */
+export function dialRawUpgrade(dial: {
+  url: string;
+  timeoutMs: number;
+  what: string;
+  headers: Record<string, string>;
+}): Promise<Socket> {
+  const what = dial.what;
   const url = new URL(dial.url);
   const secure = url.protocol === 'wss:' || url.protocol === 'https:';
   return new Promise((resolve, reject) => {
@@ -32,20 +56,17 @@ export function dialUpgrade(dial: TunnelDial): Promise<Socket> {
       headers: {
         connection: 'Upgrade',
         upgrade: TUNNEL_UPGRADE,
-        authorization: `Bearer ${dial.credential}`,
-        [TUNNEL_HEADERS.hostId]: dial.hostId,
-        [TUNNEL_HEADERS.tunnelId]: dial.tunnelId,
-        [TUNNEL_HEADERS.token]: dial.token,
+        ...dial.headers,
       },
     });
     const timer = setTimeout(() => {
-      fail(`tunnel socket: no answer within ${dial.timeoutMs} ms`);
+      fail(`${what}: no answer within ${dial.timeoutMs} ms`);
       request.destroy();
     }, dial.timeoutMs);
     request.once('upgrade', (response: IncomingMessage, socket: Socket, head: Buffer) => {
       if ((response.headers.upgrade ?? '').toLowerCase() !== TUNNEL_UPGRADE) {
         socket.destroy();
-        fail(`tunnel socket: the control plane upgraded to ${JSON.stringify(response.headers.upgrade)}`);
+        fail(`${what}: the control plane upgraded to ${JSON.stringify(response.headers.upgrade)}`);
         return;
       }
       if (settled) {
@@ -71,14 +92,14 @@ export function dialUpgrade(dial: TunnelDial): Promise<Socket> {
       const refused = () => {
         const reason = body.trim().slice(0, 200);
         fail(
-          `the control plane refused the tunnel socket: HTTP ${response.statusCode}${reason ? ` (${reason})` : ''}`,
+          `the control plane refused the ${what}: HTTP ${response.statusCode}${reason ? ` (${reason})` : ''}`,
         );
         request.destroy();
       };
       response.once('end', refused);
       response.once('error', refused);
     });
-    request.once('error', (error) => fail(`tunnel socket: ${error.message}`));
+    request.once('error', (error) => fail(`${what}: ${error.message}`));
     request.end();
   });
 }

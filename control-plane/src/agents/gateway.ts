@@ -5,6 +5,7 @@ import { ApiError, randomBase36 } from '@anvil/shared';
 import {
   AGENT_CONNECT_PATH,
   AGENT_TUNNEL_PATH,
+  AGENT_WORKER_API_PATH,
   CLOSE_CODES,
   type CommandBody,
   MAX_FRAME_BYTES,
@@ -107,6 +108,7 @@ export class AgentGateway {
   readonly #context: ConnectionContext;
   #logger: GatewayLogger = silent;
   #tunnels: TunnelEndpoint | null = null;
+  #workerApi: Pick<TunnelEndpoint, 'handleUpgrade'> | null = null;
   #closing = false;
   #started = false;
 
@@ -160,6 +162,11 @@ export class AgentGateway {
     this.#logger = logger;
   }
 
+  /** Worker API relays (AGENT_WORKER_API_PATH) arrive on the same servers as agent connections. */
+  useWorkerApiEndpoint(endpoint: Pick<TunnelEndpoint, 'handleUpgrade'>): void {
+    this.#workerApi = endpoint;
+  }
+
   /** Tunnel sockets arrive on the same servers as agent connections and close with them. */
   useTunnelEndpoint(endpoint: TunnelEndpoint): void {
     this.#tunnels = endpoint;
@@ -184,6 +191,10 @@ export class AgentGateway {
       const path = (request.url ?? '').split('?')[0];
       if (path === AGENT_TUNNEL_PATH && this.#tunnels) {
         this.#tunnels.handleUpgrade(request, socket, head);
+        return;
+      }
+      if (path === AGENT_WORKER_API_PATH && this.#workerApi) {
+        this.#workerApi.handleUpgrade(request, socket, head);
         return;
       }
       if (path !== AGENT_CONNECT_PATH) {

@@ -11,6 +11,18 @@ describe('secret box', () => {
     for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
   });
 
+  it('derives MACs that verify under the current or a previous key, and only for their message', () => {
+    const oldKey = randomBytes(32);
+    const before = new SecretBox(oldKey);
+    const rotated = new SecretBox(randomBytes(32), [oldKey]);
+    const mac = before.mac('endpoint-worker-token:wl_1');
+    expect(before.verifyMac('endpoint-worker-token:wl_1', mac)).toBe(true);
+    expect(before.verifyMac('endpoint-worker-token:wl_2', mac)).toBe(false);
+    expect(rotated.verifyMac('endpoint-worker-token:wl_1', mac)).toBe(true);
+    expect(new SecretBox(randomBytes(32)).verifyMac('endpoint-worker-token:wl_1', mac)).toBe(false);
+    expect(rotated.mac('endpoint-worker-token:wl_1')).not.toBe(mac);
+  });
+
   it('seals with AES-256-GCM and opens only in the same context', () => {
     const box = new SecretBox(randomBytes(32));
     const sealed = box.seal('whsec_value', 'acc_1:notifications.webhook.secret');

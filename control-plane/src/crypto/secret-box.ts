@@ -1,4 +1,11 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHash,
+  createHmac,
+  randomBytes,
+  timingSafeEqual,
+} from 'node:crypto';
 import { chmodSync, linkSync, mkdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -58,6 +65,26 @@ export class SecretBox {
     } catch {
       throw new SecretBoxError('sealed value failed authentication (tampered, or bound to another place)');
     }
+  }
+
+  /**
+   * A keyed MAC of `message` under the current key (base64url HMAC-SHA256): a credential the control plane
+   * can re-derive instead of storing (a worker's token). `verifyMac` also takes one made under a previous key.
+   */
+  mac(message: string): string {
+    return createHmac('sha256', this.current.bytes).update(message, 'utf8').digest('base64url');
+  }
+
+  verifyMac(message: string, mac: string): boolean {
+    const given = Buffer.from(mac, 'utf8');
+    for (const key of this.byId.values()) {
+      const expected = Buffer.from(
+        createHmac('sha256', key.bytes).update(message, 'utf8').digest('base64url'),
+        'utf8',
+      );
+      if (expected.length === given.length && timingSafeEqual(expected, given)) return true;
+    }
+    return false;
   }
 
   static isSealed(value: unknown): value is string {

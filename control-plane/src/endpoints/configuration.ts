@@ -18,12 +18,21 @@ export interface AutoScaling {
   scaleDownCooldown: number;
 }
 
+/**
+ * The worker contract: `http`, Anvil's (the control plane calls the worker's port through the agent,
+ * worker-client.ts), or `runpod`, RunPod's worker library as it is (the worker pulls jobs from the worker
+ * API through its agent, runpod/).
+ */
+export const WORKER_PROTOCOLS = ['http', 'runpod'] as const;
+export type WorkerProtocol = (typeof WORKER_PROTOCOLS)[number];
+
 export interface EndpointConfiguration {
   workerCount: number;
   maxConcurrency: number;
   timeoutSeconds: number;
   environmentVariables: Record<string, string>;
   autoScaling: AutoScaling;
+  workerProtocol: WorkerProtocol;
 }
 
 export type ConfigurationInput = {
@@ -32,6 +41,7 @@ export type ConfigurationInput = {
   timeoutSeconds?: number | undefined;
   environmentVariables?: Record<string, string> | undefined;
   autoScaling?: Partial<AutoScaling> | undefined;
+  workerProtocol?: WorkerProtocol | undefined;
 };
 
 /** [minimum, maximum] of each numeric field, by its path in the request. */
@@ -145,6 +155,7 @@ export function mergeConfiguration(
     timeoutSeconds: input.timeoutSeconds ?? current?.timeoutSeconds ?? DEFAULTS.timeoutSeconds,
     environmentVariables: input.environmentVariables ?? current?.environmentVariables ?? {},
     autoScaling,
+    workerProtocol: input.workerProtocol ?? current?.workerProtocol ?? 'http',
   };
 }
 

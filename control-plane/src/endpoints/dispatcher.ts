@@ -4,7 +4,8 @@ import type { Clock } from '../auth/clock.ts';
 import type { EndpointJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { PassLoop } from '../util/pass-loop.ts';
-import type { JobQueue } from './jobs.ts';
+import type { JobOutcome, JobQueue } from './jobs.ts';
+import type { RunpodBridge } from './runpod/bridge.ts';
 import { type RunAnswer, type WorkerClient, WorkerUnreachable } from './worker-client.ts';
 
 export interface DispatcherOptions {
@@ -21,10 +22,22 @@ interface Running {
   abort: AbortController;
 }
 
-type Stop = { stop: 'timeout' | 'cancelled' | 'shutdown' };
+/** undelivered: claimed for a RunPod-protocol worker whose take was gone by then (back to the queue, uncounted). */
+type Stop = { stop: 'timeout' | 'cancelled' | 'shutdown' | 'undelivered' };
 
 /** How long a worker that could not be reached gets no job. */
 const TROUBLE_BACKOFF_MS = 2_000;
+
+/** The job's final status and fields from a worker's answer (either contract). */
+export function outcomeOf(answer: RunAnswer): JobOutcome {
+  return answer.kind === 'output'
+    ? { status: 'COMPLETED', output: answer.output }
+    : answer.kind === 'error'
+      ? { status: 'FAILED', error: answer.error }
+      : answer.error !== null
+        ? { status: 'FAILED', error: answer.error, output: answer.outputs }
+        : { status: 'COMPLETED', output: answer.outputs };
+}
 
 /** Told when a job reaches a final status on this replica (runsync waiters, webhooks). */
 export type JobListener = (jobId: string) => void;
@@ -54,6 +67,8 @@ export class Dispatcher {
       clock: Clock;
       jobs: JobQueue;
       client: WorkerClient;
+      /** Workers of the RunPod protocol pull: the takes they hold open here, and their answers. */
+      runpod: RunpodBridge;
       logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
       /** A worker failed to take a job (connection refused, tunnel failed): the supervisor probes it. */
       onWorkerTrouble?: (workerId: string, error: string) => void;
@@ -125,41 +140,59 @@ export class Dispatcher {
       endpoint_id: string;
       max_concurrency: number;
       worker_port: number;
+      worker_protocol: string;
       busy: number;
     }>(
-      `SELECT w.id, w.endpoint_id, e.max_concurrency, e.worker_port,
+      `SELECT w.id, w.endpoint_id, e.max_concurrency, e.worker_port, e.worker_protocol,
               (SELECT count(*) FROM endpoint_jobs j WHERE j.worker_id = w.id AND j.status = 'IN_PROGRESS')::int AS busy
          FROM endpoint_workers w JOIN endpoints e ON e.id = w.endpoint_id JOIN hosts h ON h.id = w.host_id
         WHERE w.status = 'ready' AND e.deleted_at IS NULL
           -- A worker is reached through its agent: none while the agent is not connected.
           AND h.state = 'ready' AND h.connected_replica_id IS NOT NULL
           AND EXISTS (SELECT 1 FROM endpoint_jobs q WHERE q.endpoint_id = w.endpoint_id AND q.status = 'IN_QUEUE')
-        ORDER BY w.endpoint_id, 5, w.ready_at, w.id`,
+        ORDER BY w.endpoint_id, 6, w.ready_at, w.id`,
     );
     let dispatched = 0;
     const now = Date.now();
+    const takes = this.d.runpod.takes();
     for (const w of workers) {
       if (w.busy >= w.max_concurrency) continue;
       if ((this.#troubled.get(w.id) ?? 0) > now) continue;
+      const pulls = w.worker_protocol === 'runpod';
+      // A RunPod-protocol worker gets jobs only through a take it holds open on this replica.
+      const batch = pulls ? takes.get(w.id) : undefined;
+      if (pulls && batch === undefined) continue;
       const jobs = await this.d.jobs.claim(
         { id: w.id, endpointId: w.endpoint_id, maxConcurrency: w.max_concurrency },
         this.replicaId,
         this.#leaseMs,
+        batch,
       );
+      if (jobs.length === 0) continue;
       for (const job of jobs) {
         dispatched += 1;
-        this.#run(job, w.id, w.worker_port);
+        this.#run(job, w.id, w.worker_port, pulls);
+      }
+      if (
+        pulls &&
+        !this.d.runpod.deliver(
+          w.id,
+          jobs.map((job) => ({ id: job.id, input: job.input ?? {} })),
+        )
+      ) {
+        for (const job of jobs)
+          this.#running.get(job.id)?.abort.abort({ stop: 'undelivered' } satisfies Stop);
       }
     }
     return dispatched;
   }
 
-  #run(job: EndpointJob, workerId: string, port: number): void {
+  #run(job: EndpointJob, workerId: string, port: number, pulls: boolean): void {
     const abort = new AbortController();
     this.#running.set(job.id, { job, abort });
     const timer = setTimeout(() => abort.abort({ stop: 'timeout' } satisfies Stop), job.executionTimeoutMs);
     timer.unref();
-    void this.#execute(job, workerId, port, abort.signal)
+    void this.#execute(job, workerId, port, pulls, abort.signal)
       .catch((error: unknown) =>
         this.d
           .logger()
@@ -172,23 +205,31 @@ export class Dispatcher {
       });
   }
 
-  async #execute(job: EndpointJob, workerId: string, port: number, signal: AbortSignal): Promise<void> {
+  async #execute(
+    job: EndpointJob,
+    workerId: string,
+    port: number,
+    pulls: boolean,
+    signal: AbortSignal,
+  ): Promise<void> {
     const log = this.d.logger();
     let answer: RunAnswer;
+    const options = {
+      signal,
+      onChunk: async (output: unknown) => {
+        await this.d.jobs.appendChunk(job.id, output);
+      },
+    };
     try {
-      answer = await this.d.client.run(
-        workerId,
-        port,
-        { id: job.id, input: job.input },
-        {
-          signal,
-          onChunk: async (output) => {
-            await this.d.jobs.appendChunk(job.id, output);
-          },
-        },
-      );
+      answer = pulls
+        ? await this.d.runpod.run(workerId, job.id, options)
+        : await this.d.client.run(workerId, port, { id: job.id, input: job.input }, options);
     } catch (error) {
       const stop = (signal.reason as Stop | undefined)?.stop;
+      if (signal.aborted && stop === 'undelivered') {
+        await this.d.jobs.requeue(job.id, 'the worker stopped waiting for it', workerId, false);
+        return;
+      }
       if (signal.aborted && stop === 'timeout') {
         const done = await this.d.jobs.finish(job.id, workerId, {
           status: 'TIMED_OUT',
@@ -213,15 +254,7 @@ export class Dispatcher {
       );
       return;
     }
-    const outcome =
-      answer.kind === 'output'
-        ? { status: 'COMPLETED' as const, output: answer.output }
-        : answer.kind === 'error'
-          ? { status: 'FAILED' as const, error: answer.error }
-          : answer.error !== null
-            ? { status: 'FAILED' as const, error: answer.error, output: answer.outputs }
-            : { status: 'COMPLETED' as const, output: answer.outputs };
-    const done = await this.d.jobs.finish(job.id, workerId, outcome);
+    const done = await this.d.jobs.finish(job.id, workerId, outcomeOf(answer));
     if (done) this.#finished(job.id);
   }
 

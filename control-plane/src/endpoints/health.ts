@@ -182,7 +182,10 @@ export class EndpointHealth {
     checkDeadline();
 
     // Worker checks: the supervisor's last GET /health of each ready worker, or a fresh one for deep/connectivity.
-    const probeNow = options.check === 'deep' || options.include.includes('connectivity');
+    // A RunPod-protocol worker serves nothing to probe: its last contact (ping, take) is its check.
+    const probeNow =
+      (options.check === 'deep' || options.include.includes('connectivity')) &&
+      endpoint.workerProtocol !== 'runpod';
     const probes = new Map<string, { ok: boolean; ms: number | null; error: string | null }>();
     for (const w of ready) {
       probes.set(w.id, { ok: w.probeFailures === 0, ms: w.lastProbeMs, error: w.lastProbeError });

@@ -9,6 +9,11 @@ import { ExecutionService } from './execution.ts';
 import { EndpointHealth } from './health.ts';
 import { JobQueue } from './jobs.ts';
 import { QueueMaintenance } from './maintenance.ts';
+import { EndpointMetrics } from './prometheus.ts';
+import { RunpodBridge } from './runpod/bridge.ts';
+import { RUNPOD_TOKEN_ENV } from './runpod/environment.ts';
+import { WorkerTokens } from './runpod/tokens.ts';
+import { RunpodWorkerApi } from './runpod/worker-api.ts';
 import { EndpointService } from './service.ts';
 import { EndpointSupervisor, type SupervisorOptions } from './supervisor.ts';
 import { WorkerClient } from './worker-client.ts';
@@ -23,6 +28,8 @@ export interface Endpoints {
   dispatcher: Dispatcher;
   supervisor: EndpointSupervisor;
   maintenance: QueueMaintenance;
+  /** The worker side of the RunPod protocol, reached through the agents (AGENT_WORKER_API_PATH). */
+  workerApi: RunpodWorkerApi;
   useLogger(logger: Logger): void;
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -32,6 +39,8 @@ export interface EndpointsOptions {
   supervisor?: SupervisorOptions;
   dispatcher?: DispatcherOptions;
   maintenanceMs?: number;
+  /** How long the worker API holds a job-take or job-stop open with nothing to hand out. */
+  workerApiHoldMs?: number;
 }
 
 export function createEndpoints(deps: {
@@ -52,9 +61,44 @@ export function createEndpoints(deps: {
   const client = new WorkerClient(() => fleet.tunnels);
   const placer = new WorkerPlacer(db, clock, fleet);
   let supervisor: EndpointSupervisor | null = null;
-  const dispatcher = new Dispatcher(
-    { db, clock, jobs, client, logger: log, onWorkerTrouble: (workerId) => supervisor?.suspect(workerId) },
+  // A take opened (a RunPod-protocol worker asks for jobs): the dispatcher looks at once.
+  const runpod = new RunpodBridge(() => dispatcher.kick());
+  const dispatcher: Dispatcher = new Dispatcher(
+    {
+      db,
+      clock,
+      jobs,
+      client,
+      runpod,
+      logger: log,
+      onWorkerTrouble: (workerId) => supervisor?.suspect(workerId),
+    },
     deps.options?.dispatcher,
+  );
+  const tokens = new WorkerTokens(() => deps.accounts.secrets());
+  const workerApi = new RunpodWorkerApi({
+    db,
+    clock,
+    jobs,
+    bridge: runpod,
+    tokens,
+    hosts: fleet.hosts,
+    workerReady: () => {
+      dispatcher.kick();
+      supervisor?.kick();
+    },
+    finished: (jobId) => dispatcher.notifyFinished(jobId),
+    logger: log,
+    ...(deps.options?.workerApiHoldMs === undefined ? {} : { holdMs: deps.options.workerApiHoldMs }),
+  });
+  fleet.agents.useWorkerApiEndpoint(workerApi);
+  const metrics = new EndpointMetrics(fleet.metrics.registry, db, clock);
+  fleet.metrics.useCollector(() => metrics.collect());
+  // A RunPod-protocol worker's token reaches its container as the spec is sent (never stored).
+  fleet.workloads.useSpecResolver(async (spec, workload) =>
+    workload.kind === 'endpoint_worker' && spec.workerApi
+      ? { ...spec, secretEnv: { ...spec.secretEnv, [RUNPOD_TOKEN_ENV]: tokens.issue(workload.id) } }
+      : spec,
   );
   supervisor = new EndpointSupervisor(
     { db, clock, jobs, placer, client, dispatcher, logger: log },
@@ -111,6 +155,7 @@ export function createEndpoints(deps: {
     dispatcher,
     supervisor: running,
     maintenance,
+    workerApi,
     useLogger(next) {
       logger = next;
     },
@@ -121,6 +166,7 @@ export function createEndpoints(deps: {
     },
     async stop() {
       unsubscribe();
+      workerApi.close();
       await maintenance.stop();
       await running.stop();
       await dispatcher.stop();

@@ -117,6 +117,8 @@ export class JobQueue {
     worker: { id: string; endpointId: string; maxConcurrency: number },
     replicaId: string,
     leaseMs: number,
+    /** At most this many (a RunPod worker's batch), within its free slots. */
+    limit?: number,
   ): Promise<EndpointJob[]> {
     const now = this.clock.now();
     const ids = await this.db.prisma.$transaction(async (tx: Tx) => {
@@ -129,7 +131,7 @@ export class JobQueue {
         `SELECT count(*)::int AS n FROM endpoint_jobs WHERE worker_id = $1 AND status = 'IN_PROGRESS'`,
         worker.id,
       );
-      const free = worker.maxConcurrency - (busy?.n ?? 0);
+      const free = Math.min(worker.maxConcurrency - (busy?.n ?? 0), limit ?? Number.POSITIVE_INFINITY);
       if (free <= 0) return [];
       const rows = await tx.$queryRawUnsafe<{ id: string }[]>(
         `WITH next AS (

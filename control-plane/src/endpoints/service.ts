@@ -300,7 +300,8 @@ export class EndpointService {
       const activeRequests = active?.n ?? 0;
       const replaceWorkers =
         JSON.stringify(next.environmentVariables) !== JSON.stringify(current.environmentVariables) ||
-        next.maxConcurrency !== current.maxConcurrency;
+        next.maxConcurrency !== current.maxConcurrency ||
+        next.workerProtocol !== current.workerProtocol;
       // Scaling (workerCount, autoScaling) and the other control-plane settings take effect at once, running
       // requests or not: only a change that reaches the containers rolls the workers.
       if (activeRequests > 0 && replaceWorkers) {
@@ -309,7 +310,7 @@ export class EndpointService {
           `endpoint ${endpointId} is executing ${activeRequests} request(s) and this change replaces its workers`,
           {
             activeRequests,
-            rollingFields: ['environmentVariables', 'maxConcurrency'],
+            rollingFields: ['environmentVariables', 'maxConcurrency', 'workerProtocol'],
             suggestion:
               'retry once the running requests finished (GET /v2/<endpoint_id>/health shows inProgress); ' +
               'scaling changes (workerCount, autoScaling) apply while requests run',
@@ -384,5 +385,6 @@ function columnsOf(config: EndpointConfiguration) {
     timeoutSeconds: config.timeoutSeconds,
     env: config.environmentVariables,
     autoScaling: config.autoScaling as unknown as Prisma.InputJsonValue,
+    workerProtocol: config.workerProtocol,
   };
 }

@@ -8,6 +8,7 @@ import { PassLoop } from '../util/pass-loop.ts';
 import { decideScale, type ScaleState } from './autoscaler.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import type { JobQueue } from './jobs.ts';
+import { RUNPOD_PING_INTERVAL_MS } from './runpod/environment.ts';
 import type { EndpointStatus } from './states.ts';
 import { configurationOf } from './view.ts';
 import type { WorkerClient } from './worker-client.ts';
@@ -28,6 +29,9 @@ export interface SupervisorOptions {
   /** While in error, how long between attempts to start a worker. */
   errorBackoffMs?: number;
 }
+
+/** A RunPod-protocol worker this long without a contact is failed: three missed pings. */
+const RUNPOD_SILENCE_MS = 3 * RUNPOD_PING_INTERVAL_MS;
 
 /** Advisory lock key: one supervisor pass at a time across replicas. */
 const LOCK_KEY = 7_245_318_301;
@@ -213,6 +217,8 @@ export class EndpointSupervisor {
             );
           }
           if (load.phase !== 'running' || !reachable.has(worker.hostId)) return;
+          // A RunPod-protocol worker becomes ready at its first contact with the worker API.
+          if (endpoint.workerProtocol === 'runpod') return;
           return this.#probe(endpoint, worker, true);
         }
         if (worker.status === 'draining') {
@@ -223,6 +229,7 @@ export class EndpointSupervisor {
           if ((busy?.n ?? 0) === 0) return this.#remove(worker, 'stopped', 'drained');
         }
         if (!reachable.has(worker.hostId)) return;
+        if (endpoint.workerProtocol === 'runpod') return this.#checkSilence(worker, now);
         const due = !worker.lastProbeAt || now - worker.lastProbeAt.getTime() >= this.#o.probeIntervalMs;
         if (due || this.#suspect.has(worker.id)) return this.#probe(endpoint, worker, false);
       }),
@@ -275,6 +282,20 @@ export class EndpointSupervisor {
     if (!starting && failures >= this.#o.probeFailures) {
       await this.#remove(worker, 'failed', `GET /health failed ${failures} times in a row: ${result.error}`);
     }
+  }
+
+  /**
+   * A RunPod-protocol worker's liveness is its own contact (pings every RUNPOD_PING_INTERVAL, takes):
+   * silent for RUNPOD_SILENCE_MS while its agent is connected, it is failed and replaced (its jobs queued again).
+   */
+  async #checkSilence(worker: EndpointWorker, now: number): Promise<void> {
+    const last = (worker.lastProbeAt ?? worker.readyAt ?? worker.createdAt).getTime();
+    if (now - last < RUNPOD_SILENCE_MS) return;
+    await this.#remove(
+      worker,
+      'failed',
+      `no ping nor job-take from the worker for ${Math.round((now - last) / 1000)} s`,
+    );
   }
 
   /** The worker count to converge to: workerCount, or the autoscaler's decision (stored with its state). */

@@ -1,5 +1,5 @@
 import type { Endpoint, EndpointJob } from '../db/generated/client.ts';
-import type { AutoScaling, EndpointConfiguration } from './configuration.ts';
+import type { AutoScaling, EndpointConfiguration, WorkerProtocol } from './configuration.ts';
 
 /** The execution URL (spec): `{base_url}/v2/<endpoint_id>/runsync`, base_url being ANVIL_PUBLIC_URL. */
 export function executionUrl(publicUrl: string, endpointId: string): string {
@@ -13,6 +13,7 @@ export function configurationOf(endpoint: Endpoint): EndpointConfiguration {
     timeoutSeconds: endpoint.timeoutSeconds,
     environmentVariables: endpoint.env as Record<string, string>,
     autoScaling: endpoint.autoScaling as unknown as AutoScaling,
+    workerProtocol: endpoint.workerProtocol as WorkerProtocol,
   };
 }
 

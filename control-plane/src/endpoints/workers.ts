@@ -13,6 +13,7 @@ import { RESERVATION_COUNTS } from '../scheduler/reservations.ts';
 type Tx = Prisma.TransactionClient;
 
 import { workerLimits } from '../workloads/limits.ts';
+import { runpodWorkerEnv } from './runpod/environment.ts';
 
 const specCheck = TypeCompiler.Compile(WorkloadSpec);
 
@@ -46,7 +47,11 @@ const COULD_FIT_SQL = `
          ARRAY(SELECT DISTINCT c.gpu_type FROM host_capacity c JOIN hosts h ON h.id = c.host_id
                 WHERE h.deleted_at IS NULL AND cardinality(c.gpu_indices) > 0 ORDER BY 1) AS gpu_types`;
 
-/** The container of a worker (the worker contract's environment). */
+/**
+ * The container of a worker (the worker contract's environment). A runpod worker also gets RunPod's
+ * variables and the URLs the agent completes with its worker API address (runpod/environment.ts); its
+ * token (RUNPOD_AI_API_KEY) is added as the spec is sent, never stored.
+ */
 export function workerSpecOf(endpoint: Endpoint, workerId: string, gpus: { index: number; uuid: string }[]) {
   const spec = {
     workloadId: workerId,
@@ -60,7 +65,11 @@ export function workerSpecOf(endpoint: Endpoint, workerId: string, gpus: { index
       ANVIL_WORKER_PORT: String(endpoint.workerPort),
       ANVIL_MAX_CONCURRENCY: String(endpoint.maxConcurrency),
       ANVIL_GPU_COUNT: String(endpoint.gpuCount),
+      ...(endpoint.workerProtocol === 'runpod' ? runpodWorkerEnv(endpoint, workerId).env : {}),
     },
+    ...(endpoint.workerProtocol === 'runpod'
+      ? { workerApi: runpodWorkerEnv(endpoint, workerId).workerApi }
+      : {}),
     labels: { 'anvil.endpoint': endpoint.id, 'anvil.account': endpoint.accountId },
     gpus,
     accountId: endpoint.accountId,

@@ -20,6 +20,15 @@ describe('OpenAPI document and docs UI', () => {
     expect(doc.info.description).toContain('required_permission');
   });
 
+  it('states how serverless workers are billed, the RunPod worker contract and cold starts', async () => {
+    const doc = (await t.app.inject({ url: '/openapi.json' })).json();
+    const create = doc.paths['/v2/endpoints'].post.description as string;
+    expect(create).toContain('workers bill their uptime, as RunPod bills active workers');
+    expect(create).toContain('workerProtocol runpod');
+    expect(create).toContain('delayTime (queued to started) therefore includes the cold start');
+    expect(doc.paths['/v2/{endpoint_id}/run'].post.description).toContain('RUNPOD_AI_API_KEY');
+  });
+
   it('documents every API route with its success and error responses', async () => {
     const doc = (await t.app.inject({ url: '/openapi.json' })).json();
     const expected = [

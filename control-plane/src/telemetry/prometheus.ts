@@ -42,6 +42,8 @@ export class ControlPlaneMetrics {
   readonly #workloads: Gauge<'phase' | 'desired'>;
   readonly #dcgm: DcgmGauges;
   #sources: PrometheusSources | null = null;
+  /** Other areas' gauges, read at scrape time too (endpoints/prometheus.ts). */
+  readonly #collectors: (() => Promise<void>)[] = [];
 
   constructor(options: { processMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -174,9 +176,15 @@ export class ControlPlaneMetrics {
     this.#sources = sources;
   }
 
+  /** Adds gauges another area refreshes at each scrape (registered on `registry`). */
+  useCollector(collect: () => Promise<void>): void {
+    this.#collectors.push(collect);
+  }
+
   /** Reads the fleet gauges from the database, then renders the text exposition. */
   async render(): Promise<{ contentType: string; body: string }> {
     if (this.#sources) await this.#refresh(this.#sources);
+    for (const collect of this.#collectors) await collect();
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
   }
 

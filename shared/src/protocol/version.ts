@@ -32,6 +32,23 @@ export const AGENT_CONNECT_PATH = '/agent/v1/connect';
 /** The WebSocket path an agent dials for each reverse tunnel the control plane asks for (tunnel.ts). */
 export const AGENT_TUNNEL_PATH = '/agent/v1/tunnel';
 
+/**
+ * Where an agent relays a connection a container opened to its worker API port (WorkloadSpec.workerApi):
+ * a raw upgrade to TUNNEL_UPGRADE with the host credential and WORKER_API_HEADERS.workloadId; after 101
+ * the socket carries the container's HTTP/1.1 as it is.
+ */
+export const AGENT_WORKER_API_PATH = '/agent/v1/worker-api';
+
+/** The name containers reach the agent's worker API port by (an /etc/hosts entry the agent adds). */
+export const WORKER_API_HOST = 'anvil-agent';
+
+/** Headers of a worker API relay's upgrade (besides the host credential as `authorization: Bearer`). */
+export const WORKER_API_HEADERS = {
+  hostId: 'x-anvil-host-id',
+  /** The workload whose container opened the connection, as the agent found it by source address. */
+  workloadId: 'x-anvil-workload-id',
+} as const;
+
 /** Where agents fetch a workload's downloads (WorkloadDownload), over plain HTTP(S) with the host credential. */
 export const AGENT_DOWNLOAD_PATH = '/agent/v1/downloads';
 

@@ -133,6 +133,20 @@ export const WorkloadSpec = Type.Object({
   registryAuth: Type.Optional(Nullable(RegistryAuth)),
   /** A multi-host training worker's cross-host path (RendezvousSpec); absent or null: none. */
   rendezvous: Type.Optional(Nullable(RendezvousSpec)),
+  /**
+   * The container reaches the control plane's worker API (AGENT_WORKER_API_PATH) through the agent: the
+   * agent serves a port on the host, answers only its own containers there, and relays each connection
+   * over a raw upgrade at AGENT_WORKER_API_PATH. `urlEnv` names env variables the agent sets to that
+   * address (`http://<WORKER_API_HOST>:<port>`) followed by the given path. Part of the spec hash.
+   */
+  workerApi: Type.Optional(
+    Type.Object({
+      urlEnv: Type.Record(
+        Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$' }),
+        Type.String({ pattern: '^/', maxLength: 1024 }),
+      ),
+    }),
+  ),
 });
 export type WorkloadSpec = Static<typeof WorkloadSpec>;
 

@@ -3,6 +3,8 @@ import { BOUNDS } from '../../endpoints/configuration.ts';
 import { DEFAULT_SYNC_WAIT_MS, HEALTH_WINDOW_MS, MAX_SYNC_WAIT_MS } from '../../endpoints/execution.ts';
 import { MAX_ATTEMPTS } from '../../endpoints/jobs.ts';
 import { WEBHOOK_DELAYS_MS } from '../../endpoints/maintenance.ts';
+import { RUNPOD_PING_INTERVAL_MS } from '../../endpoints/runpod/environment.ts';
+import { DEFAULT_HOLD_MS } from '../../endpoints/runpod/worker-api.ts';
 
 /** The design choices the spec leaves open, written once and shown in the OpenAPI descriptions. */
 
@@ -38,6 +40,32 @@ export const BILLING =
   'open. Executions are recorded (kind execution) with cost 0, their GPU time being part of the uptime. Scale ' +
   'to zero to stop paying for idle workers.';
 
+/** The second worker contract (endpoints/runpod/). */
+export const RUNPOD_PROTOCOL =
+  'configuration.workerProtocol runpod runs RunPod serverless worker images unchanged: instead of serving ' +
+  'workerPort, RunPod’s worker library pulls its jobs from the URLs in RUNPOD_WEBHOOK_GET_JOB (job-take long ' +
+  `poll, held ${DEFAULT_HOLD_MS / 1000} s, 204 when nothing came; job-take-batch with batch_size), ` +
+  'RUNPOD_WEBHOOK_POST_OUTPUT (job-done: {output} COMPLETED, {error} FAILED, {status: IN_PROGRESS, output} a ' +
+  'progress update shown as the running job’s output, stopPod: true drains the worker), ' +
+  'RUNPOD_WEBHOOK_POST_STREAM ({output}: one /stream chunk; after a stream the output is the list of chunks) ' +
+  `and RUNPOD_WEBHOOK_PING (every RUNPOD_PING_INTERVAL = ${RUNPOD_PING_INTERVAL_MS} ms), and the job-stop long ` +
+  'poll names the jobs it must stop (cancelled or timed out). RUNPOD_POD_ID is the worker id. Those URLs lead ' +
+  'to a port the agent of the worker’s host serves (ANVIL_WORKER_API_PORT, default 7071, at the host name ' +
+  'anvil-agent) and relays to the control plane over its own connection, so hosts behind NAT work and no ' +
+  'control-plane address reaches the container; the agent answers only its own containers there. Every ' +
+  'request needs the worker’s own token (RUNPOD_AI_API_KEY, sent as the Authorization header), taken only from ' +
+  'that worker’s container and only while the worker is starting, ready or draining: once it stops, the ' +
+  'token is void (401). The worker is ready at its first contact (ping or job-take) and failed after ' +
+  `${(3 * RUNPOD_PING_INTERVAL_MS) / 1000} s without one.`;
+
+/** Scale to zero and cold starts. */
+export const COLD_START =
+  'Scale to zero: with autoScaling.minWorkers 0 the endpoint drops to no workers (status inactive, nothing ' +
+  'billed) once idle past scaleDownCooldown; a job queued then starts a worker. delayTime (queued to started) ' +
+  'therefore includes the cold start: placement, image pull, container start and the worker’s readiness. ' +
+  '/v2/endpoints/<id>/health shows it as checks.model.loadTime (placement to ready), and /metrics as ' +
+  'anvil_endpoint_cold_start_ms and anvil_endpoint_delay_ms (p50 and p95 over 15 min).';
+
 export const WORKERS =
   'Workers: each worker is a container of `image` (command as given, or the template’s startup script) with ' +
   'gpuCount GPUs of gpuType, placed on a ready GPU host like a cluster (best fit; hosts already holding a ' +
@@ -58,7 +86,7 @@ export const WORKERS =
   'ready the endpoint is `error` and a new worker is tried every 30 s. Status: pending (no worker ready yet; ' +
   'statusReason says why), active (a worker is ready), inactive (no workers wanted: autoScaling at 0), ' +
   'updating (after PUT, until every worker runs the new configuration and the count is reached), error. ' +
-  BILLING;
+  `${RUNPOD_PROTOCOL} ${COLD_START} ${BILLING}`;
 
 export const EXECUTION =
   'Statuses: IN_QUEUE → IN_PROGRESS → COMPLETED | FAILED | TIMED_OUT; IN_QUEUE or IN_PROGRESS → CANCELLED ' +

@@ -262,7 +262,10 @@ describe('serverless endpoint API: CRUD, bounds, placement, isolation', () => {
     expect(busy.statusCode).toBe(409);
     expect(busy.json()).toMatchObject({
       error: 'ENDPOINT_BUSY',
-      details: { activeRequests: 1, rollingFields: ['environmentVariables', 'maxConcurrency'] },
+      details: {
+        activeRequests: 1,
+        rollingFields: ['environmentVariables', 'maxConcurrency', 'workerProtocol'],
+      },
     });
     const after = (await call(t, { url: `/v2/endpoints/${ep.id}` })).json().configuration;
     expect(after.environmentVariables).toEqual({ A: 'b' });

@@ -102,9 +102,9 @@ export const endpointRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
           `${ACCESS} Every field is optional; given ones replace the stored ones (autoScaling field by field, ` +
           'environmentVariables as a whole). Answers {id, name, status updating, configuration, updatedAt}; the ' +
           'configuration is applied gradually: the worker count moves to the new target, and when ' +
-          'environmentVariables or maxConcurrency change (they reach the container) each worker is replaced: new ' +
+          'environmentVariables, maxConcurrency or workerProtocol change (they reach the container) each worker is replaced: new ' +
           'ones start, and old ones are drained (finish their jobs) as new ones become ready. The status returns ' +
-          'to active once done. A change that replaces workers (environmentVariables, maxConcurrency) is ' +
+          'to active once done. A change that replaces workers (environmentVariables, maxConcurrency, workerProtocol) is ' +
           'refused with 409 ENDPOINT_BUSY {activeRequests, rollingFields, suggestion} while jobs are IN_PROGRESS, ' +
           'changing nothing; scaling (workerCount, autoScaling) and timeoutSeconds apply at once while jobs run. ' +
           `${CONFIGURATION}`,

@@ -41,6 +41,16 @@ const EnvVars = Type.Record(Type.String({ minLength: 1, maxLength: 256 }), Type.
   description: 'Names [A-Za-z_][A-Za-z0-9_]*, not starting with ANVIL_; at most 100, values up to 32 KB',
 });
 
+const WorkerProtocolSchema = Type.Union([Type.Literal('http'), Type.Literal('runpod')], {
+  description:
+    "Default http. The worker contract: `http`, Anvil's (the worker serves GET /health and POST /run on " +
+    'workerPort; the control plane calls it through its agent); `runpod`, RunPod serverless worker images ' +
+    "unchanged: RunPod's worker library pulls jobs (job-take long poll, job-done, stream, ping, job-stop) " +
+    'from the URLs Anvil puts in RUNPOD_WEBHOOK_GET_JOB, RUNPOD_WEBHOOK_POST_OUTPUT, RUNPOD_WEBHOOK_POST_STREAM ' +
+    'and RUNPOD_WEBHOOK_PING, served by the agent of its host and relayed to the control plane, with a token ' +
+    'of that worker alone in RUNPOD_AI_API_KEY (void once the worker stops). A change replaces the workers.',
+});
+
 const configurationFields = {
   workerCount: Type.Optional(
     Int('1-50, default 1: the worker count while autoScaling is off, the initial one while on'),
@@ -49,6 +59,7 @@ const configurationFields = {
   timeoutSeconds: Type.Optional(Int('10-3600, default 600: default executionTimeout of a job')),
   environmentVariables: Type.Optional(EnvVars),
   autoScaling: Type.Optional(AutoScalingInput),
+  workerProtocol: Type.Optional(WorkerProtocolSchema),
 };
 
 export const ConfigurationInput = Type.Object(configurationFields, { additionalProperties: false });
@@ -107,6 +118,7 @@ const Configuration = Type.Object({
   timeoutSeconds: Count,
   environmentVariables: Type.Record(Type.String(), Type.String()),
   autoScaling: AutoScaling,
+  workerProtocol: WorkerProtocolSchema,
 });
 
 export const EndpointRecord = Type.Object(
