@@ -16,6 +16,7 @@ import Dockerode from 'dockerode';
 import { buildAgent } from '../agent/scripts/build.ts';
 import { ensureBusyboxImage } from '../test/fixtures/images/busybox.ts';
 import { startFleetControlPlane, stopFleetControlPlane } from './fleet-sim.ts';
+import { missingPrerequisites } from './prerequisites.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const CONTAINERS = 10;
@@ -61,7 +62,12 @@ export interface AgentIdleResult {
 
 export async function runAgentIdleBench(
   seconds = Number(process.env['BENCH_AGENT_IDLE_SECONDS'] ?? '60'),
-): Promise<AgentIdleResult> {
+): Promise<AgentIdleResult | null> {
+  const missing = missingPrerequisites('agent-idle', { docker: true });
+  if (missing) {
+    process.stdout.write(missing);
+    return null;
+  }
   const [one, five] = loadavg();
   process.stdout.write(
     `agent-idle: the real agent with ${CONTAINERS} running containers, ${seconds} s measured after 15 s idle; ` +

@@ -30,8 +30,9 @@ import { createTestApp } from '../control-plane/src/testing/app.ts';
 import { createTestDatabase } from '../control-plane/src/testing/database.ts';
 import { startAgent } from '../test/agent/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../test/fixtures/images/busybox.ts';
-import { dockerAvailable, testDocker } from '../test/fixtures/images/docker.ts';
+import { testDocker } from '../test/fixtures/images/docker.ts';
 import { spawnAgent } from '../test/fleet/agent-process.ts';
+import { missingPrerequisites } from './prerequisites.ts';
 
 const ROUNDS = Number(process.env['BENCH_CLUSTER_ROUNDS'] ?? 5);
 const POLL_MS = Number(process.env['BENCH_POLL_MS'] ?? 20);
@@ -68,8 +69,9 @@ export interface ClusterCreateResult {
 }
 
 export async function runCreateToRunning(rounds = ROUNDS): Promise<ClusterCreateResult | null> {
-  if (!dockerAvailable()) {
-    print('cluster create → running: skipped (no Docker engine)');
+  const missing = missingPrerequisites('cluster create → running', { docker: true });
+  if (missing) {
+    process.stdout.write(missing);
     return null;
   }
   const docker = testDocker();

@@ -20,7 +20,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { CONTROL_PLANE_NODE_FLAGS } from '@anvil/control-plane';
-import { dockerAvailable } from '../test/fixtures/images/docker.ts';
+import { missingPrerequisites } from './prerequisites.ts';
 
 const run = promisify(execFile);
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -156,16 +156,6 @@ function figures(results: WrkResult[], cpuUs: number[]): Figures {
 
 const fmt = (n: number, d = 0) => n.toLocaleString('en-US', { maximumFractionDigits: d });
 
-async function wrkInstalled(): Promise<boolean> {
-  try {
-    await run('wrk', ['--version']);
-    return true;
-  } catch (error) {
-    // wrk --version exits 1 after printing its version.
-    return (error as { stdout?: string }).stdout?.startsWith('wrk') === true;
-  }
-}
-
 function serverCpu(child: ChildProcess): Promise<number> {
   return new Promise((resolve) => {
     child.once('message', (usage: NodeJS.CpuUsage) => resolve(usage.user + usage.system));
@@ -174,12 +164,12 @@ function serverCpu(child: ChildProcess): Promise<number> {
 }
 
 export async function runProxyBench(options: ProxyBenchOptions = DEFAULTS) {
-  if (!dockerAvailable()) {
-    process.stdout.write('proxy: skipped (no Docker engine)\n');
-    return null;
-  }
-  if (!(await wrkInstalled())) {
-    process.stdout.write('proxy: skipped (wrk is not installed: apt-get install wrk)\n');
+  const missing = missingPrerequisites('proxy', {
+    docker: true,
+    programs: [{ command: 'wrk', debianPackage: 'wrk' }],
+  });
+  if (missing) {
+    process.stdout.write(missing);
     return null;
   }
   const [one, five] = loadavg();

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import ssh2 from 'ssh2';
-import { dockerAvailable, testDocker } from '../test/fixtures/images/docker.ts';
+import { testDocker } from '../test/fixtures/images/docker.ts';
 import {
   clientOptions,
   freePort,
@@ -18,7 +18,9 @@ import {
   startSshWorld,
   waitFor,
 } from '../test/ssh/fixtures.ts';
+import { missingPrerequisites } from './prerequisites.ts';
 
+const SSHD = '/usr/sbin/sshd';
 const SIZE_MB = Number(process.env['ANVIL_BENCH_SCP_MB'] ?? 64);
 const RUNS = Number(process.env['ANVIL_BENCH_SCP_RUNS'] ?? 3);
 /**
@@ -91,8 +93,15 @@ async function bestOfEach(relay: string[], direct: string[]): Promise<[number, n
 }
 
 export async function runSshScpBench(): Promise<void> {
-  if (!dockerAvailable()) {
-    process.stdout.write('ssh-scp: skipped (no Docker engine)\n');
+  const missing = missingPrerequisites('ssh-scp', {
+    docker: true,
+    programs: [
+      { command: SSHD, debianPackage: 'openssh-server' },
+      ...['ssh', 'scp', 'ssh-keygen'].map((command) => ({ command, debianPackage: 'openssh-client' })),
+    ],
+  });
+  if (missing) {
+    process.stdout.write(missing);
     return;
   }
   const dir = mkdtempSync(join(tmpdir(), 'anvil-bench-scp-'));
@@ -138,7 +147,7 @@ export async function runSshScpBench(): Promise<void> {
       ].join('\n'),
     );
     mkdirSync('/run/sshd', { recursive: true });
-    sshd.child = spawn('/usr/sbin/sshd', ['-D', '-e', '-f', config, '-p', String(sshdPort)], {
+    sshd.child = spawn(SSHD, ['-D', '-e', '-f', config, '-p', String(sshdPort)], {
       stdio: 'ignore',
     });
     const user = process.env['USER'] ?? 'root';

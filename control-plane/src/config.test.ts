@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { generateApiKey } from '@anvil/shared';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from './config.ts';
@@ -118,5 +119,21 @@ describe('configuration', () => {
     ['ANVIL_PUBLIC_URL', 'ftp://x', /ANVIL_PUBLIC_URL must be an http/],
   ])('refuses %s=%s naming the variable', (name, value, message) => {
     expect(() => loadConfig({ [name]: value })).toThrow(message);
+  });
+});
+
+describe('README', () => {
+  it('names every variable the configuration reads in its Configuration table', () => {
+    const source = readFileSync(new URL('./config.ts', import.meta.url), 'utf8');
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const table = readme.slice(
+      readme.indexOf('## Configuration'),
+      readme.indexOf('### Trying Anvil without a GPU'),
+    );
+    const read = new Set(
+      [...source.matchAll(/'((?:ANVIL_|PORT|DATABASE_URL|LOG_LEVEL)[A-Z0-9_]*)'/g)].map((m) => m[1]!),
+    );
+    expect(read.size).toBeGreaterThan(30);
+    expect([...read].filter((name) => !table.includes(`\`${name}\``))).toEqual([]);
   });
 });

@@ -92,7 +92,7 @@ export function createContext(
   clock: Clock = systemClock,
   logger: Logger = pino({ level: 'silent' }),
 ): AppContext {
-  const keys = new KeyResolver({ db, clock });
+  const keys = new KeyResolver({ db, clock, logger: logger.child({ component: 'api-keys' }) });
   const revocations = new AccessRevocations(db, logger.child({ component: 'access-revocation' }));
   const apiKeys = new ApiKeyService(db, clock, keys, revocations);
   const requestLog = new RequestLog({ sql: db.sql, clock });

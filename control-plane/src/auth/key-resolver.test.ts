@@ -104,4 +104,45 @@ describe('key resolver: unknown keys cached negatively', () => {
       await there.stop();
     }
   });
+
+  it('logs a failed write-back of last-used times and writes them at the next flush', async () => {
+    // The database refuses the first write-back (as during a failover); the next one gets through.
+    let failures = 1;
+    const flaky = new Proxy(database.db, {
+      get(target, property) {
+        if (property !== 'sql') return Reflect.get(target, property);
+        return new Proxy(target.sql, {
+          get(sql, name) {
+            if (name !== 'query') return Reflect.get(sql, name);
+            return (text: string, params?: unknown[]) => {
+              if (text.includes('last_used_at') && failures-- > 0)
+                return Promise.reject(new Error('connection terminated'));
+              return sql.query(text, params);
+            };
+          },
+        });
+      },
+    });
+    const warnings: string[] = [];
+    const resolver = new KeyResolver({
+      db: flaky as never,
+      clock: systemClock,
+      lastUsedFlushMs: 20,
+      logger: { warn: (_obj, msg) => warnings.push(msg) },
+    });
+    const value = generateApiKey('live');
+    await insertKey(value);
+    const { keyId } = await resolver.resolve(`Bearer ${value}`);
+    await resolver.start();
+    try {
+      await waitFor('the failed flush is logged', async () => warnings.length > 0);
+      expect(warnings[0]).toMatch(/last-used times failed; retried/);
+      await waitFor('the retried flush writes the time', async () => {
+        const row = await database.db.prisma.apiKey.findUnique({ where: { id: keyId } });
+        return row?.lastUsedAt !== null;
+      });
+    } finally {
+      await resolver.stop();
+    }
+  });
 });

@@ -35,6 +35,8 @@ export interface KeyResolverOptions {
   unknownTtlMs?: number;
   /** How often last-used times are written back. */
   lastUsedFlushMs?: number;
+  /** Where a failed write-back of last-used times is reported (it is retried at the next flush). */
+  logger?: { warn(obj: object, msg: string): void };
 }
 
 function unauthorized(message: string, reason: string): ApiError {
@@ -86,7 +88,12 @@ export class KeyResolver {
       if (payload !== KEY_CREATED) this.cache.clear();
     });
     this.flushTimer = setInterval(() => {
-      this.flushLastUsed().catch(() => {});
+      this.flushLastUsed().catch((error: unknown) =>
+        this.options.logger?.warn(
+          { err: error, keys: this.lastUsed.size },
+          "writing API keys' last-used times failed; retried at the next flush",
+        ),
+      );
     }, this.options.lastUsedFlushMs ?? 15_000);
     this.flushTimer.unref();
   }
@@ -206,10 +213,16 @@ export class KeyResolver {
     if (this.lastUsed.size === 0) return;
     const pending = [...this.lastUsed];
     this.lastUsed.clear();
-    await this.options.db.sql.query(
-      `UPDATE api_keys AS k SET last_used_at = GREATEST(COALESCE(k.last_used_at, v.at), v.at)
-       FROM (SELECT unnest($1::text[]) AS id, unnest($2::timestamptz[]) AS at) AS v WHERE k.id = v.id`,
-      [pending.map(([id]) => id), pending.map(([, at]) => new Date(at).toISOString())],
-    );
+    try {
+      await this.options.db.sql.query(
+        `UPDATE api_keys AS k SET last_used_at = GREATEST(COALESCE(k.last_used_at, v.at), v.at)
+         FROM (SELECT unnest($1::text[]) AS id, unnest($2::timestamptz[]) AS at) AS v WHERE k.id = v.id`,
+        [pending.map(([id]) => id), pending.map(([, at]) => new Date(at).toISOString())],
+      );
+    } catch (error) {
+      // Put back for the next flush, unless a later use was recorded meanwhile.
+      for (const [id, at] of pending) if ((this.lastUsed.get(id) ?? 0) < at) this.lastUsed.set(id, at);
+      throw error;
+    }
   }
 }

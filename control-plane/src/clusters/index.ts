@@ -42,7 +42,7 @@ export function createClusters(deps: {
 }): Clusters {
   let logger: Pick<Logger, 'info' | 'warn' | 'error'> = { info() {}, warn() {}, error() {} };
   const allocator = new Allocator(deps.db, deps.clock);
-  const service = new ClusterService({ ...deps, allocator });
+  const service = new ClusterService({ ...deps, allocator, logger: () => logger });
   let supervisor: ClusterSupervisor | null = null;
   const operations = new ClusterOperations({
     ...deps,

@@ -52,6 +52,8 @@ export interface ClusterServiceDeps {
   allocator: Allocator;
   templates?: TemplateResolverLike | null;
   parts?: ClusterViewParts;
+  /** The clusters component's logger (a getter: the app hands it over after construction). */
+  logger?: () => ClusterLogger;
 }
 
 type Tx = Prisma.TransactionClient;
@@ -687,7 +689,15 @@ export class ClusterService {
     }, TX_OPTIONS);
     if (!changed) return;
     // The container is not left behind to restart on its own; its volume stays for a later start.
-    await this.d.fleet.workloads.setDesired(clusterId, 'stopped').catch(() => {});
+    await this.d.fleet.workloads.setDesired(clusterId, 'stopped').catch((error: unknown) => {
+      // The cluster is failed and billed no more either way; a container left running is the operator's to see.
+      this.d
+        .logger?.()
+        .error(
+          { err: error, clusterId, reason },
+          'failed cluster: its container could not be set to stopped and may keep running',
+        );
+    });
     this.#kick();
   }
 }

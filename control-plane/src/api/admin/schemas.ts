@@ -1,6 +1,7 @@
 import { Inventory, WorkloadSpec } from '@anvil/shared/protocol';
 import { type TSchema, Type } from '@sinclair/typebox';
 import { CLUSTER_STATUSES } from '../../clusters/requests.ts';
+import { MAX_INT32, MAX_SEQUENCE } from '../bounds.ts';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 const DateTime = Type.String({ format: 'date-time' });
@@ -292,7 +293,9 @@ export const WorkloadRecord = Type.Object({
 });
 
 export const LogsQuery = Type.Object({
-  after: Type.Optional(Type.Integer({ minimum: 0, description: 'Sequence number to continue after' })),
+  after: Type.Optional(
+    Type.Integer({ minimum: 0, maximum: MAX_SEQUENCE, description: 'Sequence number to continue after' }),
+  ),
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 5_000 })),
 });
 
@@ -337,7 +340,7 @@ export const AdminClustersQuery = Type.Object(
     host_id: Type.Optional(Type.String({ maxLength: 64 })),
     gpu_type: Type.Optional(Type.String({ maxLength: 64 })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 100 })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT32, default: 0 })),
   },
   { additionalProperties: false },
 );
@@ -406,7 +409,7 @@ export const AdminAccountsQuery = Type.Object(
     tier: Type.Optional(Tier),
     search: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'Part of the name' })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 100 })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT32, default: 0 })),
   },
   { additionalProperties: false },
 );

@@ -1,5 +1,6 @@
 import { type TSchema, Type } from '@sinclair/typebox';
 import { CUSTOM_NAME_PATTERN, METRIC_NAMES_HELP } from '../../cluster-telemetry/catalogue.ts';
+import { MAX_INT32 } from '../bounds.ts';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 const Num = Nullable(Type.Number());
@@ -256,8 +257,11 @@ export const LogsQuery = Type.Object({
   ),
   start_time: Type.Optional(Type.String({ description: 'ISO 8601, inclusive' })),
   end_time: Type.Optional(Type.String({ description: 'ISO 8601, inclusive' })),
-  limit: Type.Optional(Type.Integer({ description: '1-1000, default 100' })),
-  offset: Type.Optional(Type.Integer({ description: 'Default 0' })),
+  // Only the column's bounds here: the handler checks the range and names each bad parameter (INVALID_PARAMETERS).
+  limit: Type.Optional(
+    Type.Integer({ minimum: -MAX_INT32, maximum: MAX_INT32, description: '1-1000, default 100' }),
+  ),
+  offset: Type.Optional(Type.Integer({ minimum: -MAX_INT32, maximum: MAX_INT32, description: 'Default 0' })),
   search: Type.Optional(
     Type.String({ maxLength: 500, description: 'Case-insensitive substring of the message' }),
   ),
@@ -285,7 +289,7 @@ export const SearchBody = Type.Object(
       ),
     ),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT32, default: 0 })),
     sort: Type.Optional(
       Type.String({ maxLength: 40, description: 'timestamp:desc (default) or timestamp:asc' }),
     ),

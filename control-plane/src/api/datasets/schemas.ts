@@ -2,6 +2,7 @@ import { Type } from '@sinclair/typebox';
 import { DATASET_STATUSES, DATASET_TYPES } from '../../datasets/formats.ts';
 import { MAX_PARTS } from '../../datasets/multipart.ts';
 import { AnyObject, DateTime, Nullable } from '../accounts/common.ts';
+import { MAX_INT32 } from '../bounds.ts';
 
 const DatasetId = Type.String({ minLength: 1, maxLength: 64, pattern: '^ds_[a-z0-9]+$' });
 const UploadId = Type.String({ minLength: 1, maxLength: 64, pattern: '^dsup_[a-z0-9]+$' });
@@ -109,7 +110,7 @@ export const ListQuery = Type.Object(
     type: Type.Optional(Type.Union(DATASET_TYPES.map((t) => Type.Literal(t)))),
     status: Type.Optional(Type.Union(DATASET_STATUSES.map((s) => Type.Literal(s)))),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50 })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT32, default: 0 })),
     sort: Type.Optional(
       Type.Union(
         [Type.Literal('created_at'), Type.Literal('updated_at'), Type.Literal('name'), Type.Literal('size')],

@@ -8,6 +8,7 @@ import {
 import { ENDPOINT_STATUSES, JOB_STATUSES } from '../../endpoints/states.ts';
 import { GPU_TYPES } from '../../scheduler/gpu-types.ts';
 import { AnyObject, DateTime, Nullable } from '../accounts/common.ts';
+import { MAX_INT32 } from '../bounds.ts';
 
 const EndpointId = Type.String({
   minLength: 1,
@@ -98,7 +99,7 @@ export const ListQuery = Type.Object(
   {
     status: Type.Optional(Type.Union(ENDPOINT_STATUSES.map((s) => Type.Literal(s)))),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50 })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT32, default: 0 })),
   },
   { additionalProperties: false },
 );
@@ -327,7 +328,11 @@ export const RunSyncQuery = Type.Object(
 export const StreamQuery = Type.Object(
   {
     offset: Type.Optional(
-      Type.Integer({ minimum: 0, description: 'Chunks after this seq; cursor untouched' }),
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_INT32,
+        description: 'Chunks after this seq; cursor untouched',
+      }),
     ),
     wait: Type.Optional(
       Type.Integer({ minimum: 0, maximum: 60_000, description: 'ms to wait for a chunk, default 5000' }),

@@ -2,6 +2,7 @@ import { Type } from '@sinclair/typebox';
 import { EXPORT_SECTIONS } from '../../experiments/csv.ts';
 import { MAX_COMPARE_METRICS, MAX_RUNS_PER_EXPERIMENT } from '../../experiments/service.ts';
 import { AnyObject, DateTime, Nullable } from '../accounts/common.ts';
+import { MAX_INT32 } from '../bounds.ts';
 
 const ExperimentId = Type.String({ minLength: 1, maxLength: 64, pattern: '^exp_[a-z0-9]+$' });
 const RunId = Type.String({ minLength: 1, maxLength: 64, pattern: '^run_[a-z0-9]+$' });
@@ -79,7 +80,7 @@ export const ListQuery = Type.Object(
       }),
     ),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50 })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT32, default: 0 })),
     sort: Type.Optional(
       Type.Union([Type.Literal('created_at'), Type.Literal('updated_at'), Type.Literal('name')], {
         default: 'created_at',

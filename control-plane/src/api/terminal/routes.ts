@@ -16,6 +16,7 @@ import {
   type TerminalSession,
 } from '../../terminal/service.ts';
 import { actorOf } from '../accounts/common.ts';
+import { MAX_SEQUENCE } from '../bounds.ts';
 
 const tags = ['clusters'];
 const TERMINAL_PATH = /^\/v1\/clusters\/(cluster_[a-z0-9]+)\/terminal$/;
@@ -177,7 +178,7 @@ export const terminalRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
         querystring: Type.Object({
           session_id: Type.Optional(Type.String({ maxLength: 64 })),
           ticket: Type.Optional(Type.String({ maxLength: 128 })),
-          after: Type.Optional(Type.Integer({ minimum: 0 })),
+          after: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_SEQUENCE })),
         }),
         response: wrappedErrors(401, 426),
       },

@@ -3,6 +3,7 @@ import { MAX_WORKERS, MODEL_TYPES, PRIORITIES } from '../../training/config.ts';
 import { JOB_STATUSES } from '../../training/service.ts';
 import { ALGORITHMS } from '../../training/tuning/search-space.ts';
 import { AnyObject, DateTime, Nullable } from '../accounts/common.ts';
+import { MAX_INT32 } from '../bounds.ts';
 
 const JobId = Type.String({ minLength: 1, maxLength: 64, pattern: '^job_[a-z0-9]+$' });
 const Name = Type.String({ minLength: 1, maxLength: 100 });
@@ -115,7 +116,7 @@ export const ListJobsQuery = Type.Object(
     modelType: Type.Optional(Type.Union(MODEL_TYPES.map((t) => Type.Literal(t)))),
     tuneId: Type.Optional(Type.String({ maxLength: 64 })),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50 })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT32, default: 0 })),
     sort: Type.Optional(
       Type.Union([Type.Literal('created_at'), Type.Literal('updated_at'), Type.Literal('name')], {
         default: 'created_at',
@@ -316,7 +317,7 @@ export const TuneListQuery = Type.Object(
     ),
     algorithm: Type.Optional(Algorithm),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50 })),
-    offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+    offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT32, default: 0 })),
   },
   { additionalProperties: false },
 );

@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox';
+import { MAX_INT32 } from '../bounds.ts';
 import { LogEntry, LogsQuery, SearchBody, StreamQuery } from '../cluster-telemetry/schemas.ts';
 
 /** The cluster log entry's shape, without its $id (that schema is the cluster area's). */
@@ -22,9 +23,15 @@ export const WorkerLogsParams = Type.Object({
 export const WorkersParams = Type.Object({ endpointId: Type.String({ maxLength: 64 }) });
 
 const Rank = {
-  rank: Type.Optional(Type.Integer({ minimum: 0, description: 'The worker (0..maxWorkers-1); default 0' })),
+  rank: Type.Optional(
+    Type.Integer({ minimum: 0, maximum: MAX_INT32, description: 'The worker (0..maxWorkers-1); default 0' }),
+  ),
   attempt: Type.Optional(
-    Type.Integer({ minimum: 1, description: "The job's run (1 = first; default the current one)" }),
+    Type.Integer({
+      minimum: 1,
+      maximum: MAX_INT32,
+      description: "The job's run (1 = first; default the current one)",
+    }),
   ),
 };
 

@@ -576,7 +576,10 @@ export class TuningService {
     for (const job of active) {
       if (onlyNumbers && !onlyNumbers.has(job.trialNumber ?? -1)) continue;
       if (job.status === 'stopping') continue;
-      await this.d.training.stopJob(job, false, reason).catch(() => {});
+      await this.d.training.stopJob(job, false, reason).catch((error: unknown) => {
+        // Logged, not thrown: the other trials are still stopped; this one keeps running (and billing).
+        this.d.logger().error({ err: error, tuneId, trialId: job.id, reason }, 'stopping a trial failed');
+      });
     }
   }
 
@@ -933,7 +936,15 @@ export class TuningService {
         await this.saveState(tune.id, state);
         await this.d.training
           .stopJob(job, false, `early stopping: ${rule.metric} did not improve for ${rule.patience} reports`)
-          .catch(() => {});
+          .catch((error: unknown) => {
+            // The next step finds the trial still running without improvement and tries again.
+            this.d
+              .logger()
+              .error(
+                { err: error, tuneId: tune.id, trialId: job.id },
+                'stopping an early-stopped trial failed',
+              );
+          });
       }
     }
   }

@@ -1,0 +1,49 @@
+import { Writable } from 'node:stream';
+import { newId } from '@anvil/shared';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../logger.ts';
+import { createTestApp, type TestApp } from '../testing/app.ts';
+
+/** A failed cluster whose container cannot be told to stop is logged, not silently left running. */
+describe('failing a cluster', () => {
+  let t: TestApp;
+  const lines: Record<string, unknown>[] = [];
+
+  beforeAll(async () => {
+    const sink = new Writable({
+      write(chunk, _encoding, done) {
+        for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line));
+        done();
+      },
+    });
+    t = await createTestApp({ logger: createLogger('info', sink) });
+  });
+  afterAll(async () => t?.close());
+
+  it('logs the container it could not stop, with the cluster id', async () => {
+    // A running cluster whose workload row is gone: setting it to stopped fails (workload not found).
+    const id = newId('cluster');
+    await t.context.db.prisma.cluster.create({
+      data: {
+        id,
+        accountId: t.accountId,
+        ownerId: t.userId,
+        name: 'failing',
+        status: 'running',
+        gpuType: 'H100',
+        gpuCount: 1,
+        cpuCores: 1,
+        memoryGb: 1,
+        storageGb: 1,
+        dockerImage: 'busybox',
+        command: [],
+      },
+    });
+    await t.context.clusters.service.fail(id, 'GPU 0 failed');
+    const row = await t.context.db.prisma.cluster.findUniqueOrThrow({ where: { id } });
+    expect(row.status).toBe('error');
+    const logged = lines.find((l) => l['clusterId'] === id && l['level'] === 50);
+    expect(logged?.['msg']).toMatch(/container could not be set to stopped/);
+    expect(logged?.['component']).toBe('clusters');
+  });
+});
