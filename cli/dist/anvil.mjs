@@ -1559,9 +1559,19 @@ function clusterLine(entry, timestamps) {
 `;
 }
 var sleep = (ms) => new Promise((resolve2) => setTimeout(resolve2, ms));
-async function clusterLogs(context, api, id, tail, follow, timestamps) {
+var clusterRoutes = (id) => ({
+  page: `/v1/clusters/${id}/logs`,
+  stream: `/v1/clusters/${id}/logs/stream`,
+  streamQuery: (tail, resumed) => resumed ? {} : { tail }
+});
+var followedRoutes = (page) => ({
+  page,
+  stream: page,
+  streamQuery: (tail, resumed) => resumed ? { follow: true } : { follow: true, limit: tail }
+});
+async function resourceLogs(context, api, routes, tail, follow, timestamps) {
   if (!follow) {
-    const data = await api.call("GET", `/v1/clusters/${id}/logs`, {
+    const data = await api.call("GET", routes.page, {
       query: { limit: tail, tail: true }
     });
     for (const entry of data.logs)
@@ -1572,8 +1582,8 @@ async function clusterLogs(context, api, id, tail, follow, timestamps) {
   let lastId = null;
   for (let attempt = 0; ; attempt++) {
     try {
-      const response = await api.send("GET", `/v1/clusters/${id}/logs/stream`, {
-        query: lastId === null ? { tail } : {},
+      const response = await api.send("GET", routes.stream, {
+        query: routes.streamQuery(tail, lastId !== null),
         headers: { accept: "text/event-stream", ...lastId === null ? {} : { "last-event-id": lastId } }
       });
       attempt = 0;
@@ -1628,23 +1638,28 @@ function int2(text, fallback) {
   if (!/^\d+$/.test(text)) throw new UsageError(`--tail takes a number of lines, got "${text}"`);
   return Number(text);
 }
-async function jobLogs(context, api, jobId, tail, follow) {
-  await api.call("GET", `/v2/training/jobs/${encodeURIComponent(jobId)}`);
-  return workloadLogs(context, api, `${jobId}-r0`, tail, follow);
-}
 async function showLogs(context, target, values) {
   const api = context.api();
   const tail = int2(values["tail"], 100);
   const follow = values["follow"] === true;
   try {
-    if (target.startsWith("job_")) return await jobLogs(context, api, target, tail, follow);
+    const timestamps = values["timestamps"] === true;
+    if (target.startsWith("job_")) {
+      const page = `/v2/training/jobs/${encodeURIComponent(target)}/logs`;
+      return await resourceLogs(context, api, followedRoutes(page), tail, follow, timestamps);
+    }
+    const worker = /^(ep_[a-z0-9]+)\/(wl_[a-z0-9]+)$/.exec(target);
+    if (worker) {
+      const page = `/v2/endpoints/${worker[1]}/workers/${worker[2]}/logs`;
+      return await resourceLogs(context, api, followedRoutes(page), tail, follow, timestamps);
+    }
     if (target.startsWith("wl_")) return await workloadLogs(context, api, target, tail, follow);
     const cluster = await findCluster(api, target);
-    return await clusterLogs(context, api, cluster.id, tail, follow, values["timestamps"] === true);
+    return await resourceLogs(context, api, clusterRoutes(cluster.id), tail, follow, timestamps);
   } catch (error) {
-    if (error instanceof ApiFailure && error.status === 403 && !target.startsWith("cluster_")) {
+    if (error instanceof ApiFailure && error.status === 403 && target.startsWith("wl_")) {
       context.warn(
-        "logs of jobs and endpoint workers are read through the operators' workload API on this control plane"
+        "a bare worker id is read through the operators' workload API: name it as <endpoint>/<worker> (ep_\u2026/wl_\u2026)"
       );
     }
     throw error;
@@ -1666,14 +1681,15 @@ var LOG_OPTIONS = {
 var logs = {
   path: ["logs"],
   summary: "Print (or follow) the logs of a cluster, a training job or an endpoint worker",
-  args: "<cluster|job_\u2026|wl_\u2026>",
+  args: "<cluster|job_\u2026|ep_\u2026/wl_\u2026>",
   arity: [1, 1],
-  description: "A cluster (by name or id) streams over Server-Sent Events with -f and resumes after a dropped connection without losing lines. A training job (job_\u2026) shows its rank-0 worker; an endpoint worker by its id (wl_\u2026).",
+  description: "A cluster (by name or id) streams over Server-Sent Events with -f and resumes after a dropped connection without losing lines; so do a training job (job_\u2026, its rank-0 worker) and an endpoint worker (ep_\u2026/wl_\u2026, the ids `anvil endpoints` and GET /v2/endpoints/{id}/workers show), with the resource\u2019s own permissions. Operators may name a bare workload id (wl_\u2026): the operators' workload route.",
   options: LOG_OPTIONS,
   examples: [
     "anvil logs dev --tail 50",
     "anvil logs dev -f",
     "anvil logs job_abc123 -f",
+    "anvil logs ep_abc/wl_def --tail 20",
     "anvil logs dev --json | jq .level"
   ],
   async run(context, { values, positionals }) {

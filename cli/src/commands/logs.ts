@@ -26,17 +26,38 @@ export function clusterLine(entry: ClusterLogEntry, timestamps: boolean): string
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Cluster logs: a page, or with --follow the SSE stream, reconnected with Last-Event-ID after a drop. */
-async function clusterLogs(
+/** Where a resource's logs are read: a page, and the SSE stream with its query (resumed: Last-Event-ID sent). */
+interface LogRoutes {
+  page: string;
+  stream: string;
+  streamQuery: (tail: number, resumed: boolean) => Record<string, string | number | boolean>;
+}
+
+const clusterRoutes = (id: string): LogRoutes => ({
+  page: `/v1/clusters/${id}/logs`,
+  stream: `/v1/clusters/${id}/logs/stream`,
+  streamQuery: (tail, resumed): Record<string, number> => (resumed ? {} : { tail }),
+});
+
+/** The customer routes of training jobs (rank 0 unless the server picks otherwise) and endpoint workers. */
+const followedRoutes = (page: string): LogRoutes => ({
+  page,
+  stream: page,
+  streamQuery: (tail, resumed): Record<string, number | boolean> =>
+    resumed ? { follow: true } : { follow: true, limit: tail },
+});
+
+/** Cluster, job or worker logs: a page, or with --follow the SSE stream, reconnected with Last-Event-ID after a drop. */
+async function resourceLogs(
   context: Context,
   api: ApiClient,
-  id: string,
+  routes: LogRoutes,
   tail: number,
   follow: boolean,
   timestamps: boolean,
 ) {
   if (!follow) {
-    const data = await api.call<{ logs: ClusterLogEntry[] }>('GET', `/v1/clusters/${id}/logs`, {
+    const data = await api.call<{ logs: ClusterLogEntry[] }>('GET', routes.page, {
       query: { limit: tail, tail: true },
     });
     for (const entry of data.logs)
@@ -46,8 +67,8 @@ async function clusterLogs(
   let lastId: string | null = null;
   for (let attempt = 0; ; attempt++) {
     try {
-      const response = await api.send('GET', `/v1/clusters/${id}/logs/stream`, {
-        query: lastId === null ? { tail } : {},
+      const response = await api.send('GET', routes.stream, {
+        query: routes.streamQuery(tail, lastId !== null),
         headers: { accept: 'text/event-stream', ...(lastId === null ? {} : { 'last-event-id': lastId }) },
       });
       attempt = 0;
@@ -112,12 +133,6 @@ function int(text: string | undefined, fallback: number): number {
   return Number(text);
 }
 
-/** A training job's logs: the customer route where the control plane has it, else rank 0's workload. */
-async function jobLogs(context: Context, api: ApiClient, jobId: string, tail: number, follow: boolean) {
-  await api.call('GET', `/v2/training/jobs/${encodeURIComponent(jobId)}`);
-  return workloadLogs(context, api, `${jobId}-r0`, tail, follow);
-}
-
 export async function showLogs(
   context: Context,
   target: string,
@@ -127,14 +142,24 @@ export async function showLogs(
   const tail = int(values['tail'] as string | undefined, 100);
   const follow = values['follow'] === true;
   try {
-    if (target.startsWith('job_')) return await jobLogs(context, api, target, tail, follow);
+    const timestamps = values['timestamps'] === true;
+    if (target.startsWith('job_')) {
+      const page = `/v2/training/jobs/${encodeURIComponent(target)}/logs`;
+      return await resourceLogs(context, api, followedRoutes(page), tail, follow, timestamps);
+    }
+    // <endpoint>/<worker>: the endpoint's own route, read with the endpoint's permissions.
+    const worker = /^(ep_[a-z0-9]+)\/(wl_[a-z0-9]+)$/.exec(target);
+    if (worker) {
+      const page = `/v2/endpoints/${worker[1]}/workers/${worker[2]}/logs`;
+      return await resourceLogs(context, api, followedRoutes(page), tail, follow, timestamps);
+    }
     if (target.startsWith('wl_')) return await workloadLogs(context, api, target, tail, follow);
     const cluster = await findCluster(api, target);
-    return await clusterLogs(context, api, cluster.id, tail, follow, values['timestamps'] === true);
+    return await resourceLogs(context, api, clusterRoutes(cluster.id), tail, follow, timestamps);
   } catch (error) {
-    if (error instanceof ApiFailure && error.status === 403 && !target.startsWith('cluster_')) {
+    if (error instanceof ApiFailure && error.status === 403 && target.startsWith('wl_')) {
       context.warn(
-        "logs of jobs and endpoint workers are read through the operators' workload API on this control plane",
+        "a bare worker id is read through the operators' workload API: name it as <endpoint>/<worker> (ep_…/wl_…)",
       );
     }
     throw error;
@@ -158,16 +183,19 @@ export const LOG_OPTIONS = {
 const logs: Command = {
   path: ['logs'],
   summary: 'Print (or follow) the logs of a cluster, a training job or an endpoint worker',
-  args: '<cluster|job_…|wl_…>',
+  args: '<cluster|job_…|ep_…/wl_…>',
   arity: [1, 1],
   description:
     'A cluster (by name or id) streams over Server-Sent Events with -f and resumes after a dropped connection ' +
-    'without losing lines. A training job (job_…) shows its rank-0 worker; an endpoint worker by its id (wl_…).',
+    'without losing lines; so do a training job (job_…, its rank-0 worker) and an endpoint worker (ep_…/wl_…, ' +
+    'the ids `anvil endpoints` and GET /v2/endpoints/{id}/workers show), with the resource’s own permissions. ' +
+    "Operators may name a bare workload id (wl_…): the operators' workload route.",
   options: LOG_OPTIONS,
   examples: [
     'anvil logs dev --tail 50',
     'anvil logs dev -f',
     'anvil logs job_abc123 -f',
+    'anvil logs ep_abc/wl_def --tail 20',
     'anvil logs dev --json | jq .level',
   ],
   async run(context, { values, positionals }) {
