@@ -31,6 +31,8 @@ export interface SupervisorOptions {
 
 /** Advisory lock key: one supervisor pass at a time across replicas. */
 const LOCK_KEY = 7_245_318_301;
+/** With no endpoint, the longest wait for a pass (a safety sweep: creating one kicks the loop). */
+const IDLE_SWEEP_MS = 60_000;
 
 interface WorkloadState {
   id: string;
@@ -51,6 +53,8 @@ interface WorkloadState {
 export class EndpointSupervisor {
   readonly #loop: PassLoop<void>;
   readonly #suspect = new Set<string>();
+  /** The last pass found no endpoint to look after (another replica holding the lock does not count). */
+  #noEndpoints = false;
   readonly #o: Required<SupervisorOptions>;
 
   constructor(
@@ -76,7 +80,9 @@ export class EndpointSupervisor {
     };
     this.#loop = new PassLoop({
       run: () => this.pass(),
-      after: () => this.#o.intervalMs,
+      // No endpoint at all (nor a worker left to stop): nothing to reconcile until a kick (an endpoint
+      // created or changed, a job queued, a container's state) or the safety sweep.
+      after: () => (this.#noEndpoints ? IDLE_SWEEP_MS : this.#o.intervalMs),
       failedMs: this.#o.intervalMs,
       kickedMs: 50,
       onError: (error) => this.d.logger().error({ err: error }, 'endpoint supervisor pass failed'),
@@ -117,6 +123,7 @@ export class EndpointSupervisor {
           orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
           take: 1000,
         });
+        this.#noEndpoints = endpoints.length === 0;
         for (const endpoint of endpoints) {
           try {
             await this.reconcile(endpoint);
