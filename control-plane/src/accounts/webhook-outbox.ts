@@ -114,9 +114,9 @@ export class WebhookOutbox {
     await this.running?.catch(() => {});
   }
 
-  /** Passes of the background loop so far (tests count them). */
-  get passes(): number {
-    return this.loop?.passes ?? 0;
+  /** The background loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.loop?.passes ?? 0, wakeAt: this.loop?.wakeAt ?? Number.POSITIVE_INFINITY };
   }
 
   /** One pass: delivers what is due, purges now and then; resolves to the ms until the next event is due. */

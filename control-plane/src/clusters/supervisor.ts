@@ -99,12 +99,13 @@ export class ClusterSupervisor {
     await this.#loop.stop();
   }
 
-  /** Passes run so far (tests count them). */
-  passes = 0;
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.#loop.passes, wakeAt: this.#loop.wakeAt };
+  }
 
   /** One pass of the loop; resolves to the delay before the next. */
   async #pass(kicked: boolean): Promise<number> {
-    this.passes += 1;
     if (await this.pass(kicked)) return this.#busyMs;
     // Nothing in a transition: the next thing due is the soonest expiry (or a kick).
     const [row] = await this.d.db.sql.query<{ at: Date | string | null }>(

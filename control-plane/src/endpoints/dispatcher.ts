@@ -95,6 +95,11 @@ export class Dispatcher {
   }
 
   /** Told on every queue change this replica makes or hears of (maintenance wakes on it). */
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.#loop.passes, wakeAt: this.#loop.wakeAt };
+  }
+
   onQueueChange(listener: () => void): () => void {
     this.#changeListeners.add(listener);
     return () => this.#changeListeners.delete(listener);
@@ -182,11 +187,7 @@ export class Dispatcher {
     return (await this.#pass()).dispatched;
   }
 
-  /** Passes run so far (tests count them). */
-  passes = 0;
-
   async #pass(): Promise<{ dispatched: number; queued: boolean }> {
-    this.passes += 1;
     // Most passes find no queued job anywhere: this probe (one index lookup, cheap to plan) answers them.
     // The join below costs several milliseconds to plan on PGlite, which plans every statement anew in the
     // API's own thread: run four times a second on an idle queue, it delayed API requests.

@@ -66,14 +66,9 @@ export class QueueMaintenance {
     this.#loop.wake();
   }
 
-  /** Passes run so far (tests count them). */
-  get passes(): number {
-    return this.#loop.passes;
-  }
-
-  /** When the next pass is due (epoch ms of the process clock). */
-  get wakeAt(): number {
-    return this.#loop.wakeAt;
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.#loop.passes, wakeAt: this.#loop.wakeAt };
   }
 
   /** One pass; resolves to how long until the next thing falls due (ms, as the data says). */

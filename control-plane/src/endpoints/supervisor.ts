@@ -97,6 +97,11 @@ export class EndpointSupervisor {
     return this.#loop.stop();
   }
 
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.#loop.passes, wakeAt: this.#loop.wakeAt };
+  }
+
   kick(): void {
     this.#loop.kick();
   }

@@ -135,9 +135,9 @@ export class HealthScheduler {
     this.loop.wake();
   }
 
-  /** Passes run so far (tests count them). */
-  get passes(): number {
-    return this.loop.passes;
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.loop.passes, wakeAt: this.loop.wakeAt };
   }
 
   /** One pass: probe every mapping whose interval has elapsed (probes run concurrently). */
