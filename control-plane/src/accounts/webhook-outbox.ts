@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Prisma, PrismaClient } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { DueLoop } from '../util/due-loop.ts';
 import type { Notifier } from './notifications.ts';
 import type { SettingsService } from './settings.ts';
 
@@ -61,41 +62,80 @@ export interface WebhookOutboxDeps {
   settings: SettingsService;
   notifier: Notifier;
   logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
-  /** How often due events are looked for; 0 turns the loop off (drain() still works). */
+  /**
+   * The least time between two passes (however many events are recorded meanwhile); 0 turns the loop
+   * off (drain() still works). Passes otherwise run when an event is recorded (the NOTIFY of migration
+   * 20261128001900_wake_notifications, from any replica) or a retry falls due.
+   */
   pollMs?: number;
+  /** The safety sweep: a pass at least this often, for what no NOTIFY announced (a dropped listener). */
+  sweepMs?: number;
 }
 
+/** Announced by a trigger on every insert into webhook_events (migration 20261128001900). */
+const CHANNEL = 'anvil_webhook_events';
+
 export class WebhookOutbox {
-  private timer: NodeJS.Timeout | null = null;
   private running: Promise<number> | null = null;
   private lastPurge = 0;
+  private loop: DueLoop | null = null;
+  private unlisten: (() => Promise<void>) | null = null;
 
   constructor(private readonly deps: WebhookOutboxDeps) {}
 
   start(): void {
     const every = this.deps.pollMs ?? 1000;
-    if (every <= 0 || this.timer) return;
-    this.timer = setInterval(() => void this.tick(), every);
-    this.timer.unref();
+    if (every <= 0 || this.loop) return;
+    const loop = new DueLoop({
+      run: () => this.tick(),
+      onError: (error) => this.deps.logger().warn({ err: error }, 'webhook outbox pass failed'),
+      minGapMs: every,
+      sweepMs: this.deps.sweepMs ?? 60_000,
+    });
+    this.loop = loop;
+    loop.start();
+    void this.deps.db
+      .listen(CHANNEL, () => loop.wake())
+      .then(
+        (unlisten) => {
+          if (this.loop === loop) this.unlisten = unlisten;
+          else void unlisten();
+        },
+        (error: unknown) => this.deps.logger().warn({ err: error }, 'webhook outbox could not listen'),
+      );
   }
 
   async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    const loop = this.loop;
+    this.loop = null;
+    await this.unlisten?.();
+    this.unlisten = null;
+    await loop?.stop();
     await this.running?.catch(() => {});
   }
 
-  private async tick(): Promise<void> {
-    if (this.running) return;
-    try {
-      await this.drain();
-      if (Date.now() - this.lastPurge > PURGE_EVERY_MS) {
-        this.lastPurge = Date.now();
-        await this.purge();
-      }
-    } catch (error) {
-      this.deps.logger().warn({ err: error }, 'webhook outbox pass failed');
+  /** The background loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.loop?.passes ?? 0, wakeAt: this.loop?.wakeAt ?? Number.POSITIVE_INFINITY };
+  }
+
+  /** One pass: delivers what is due, purges now and then; resolves to the ms until the next event is due. */
+  private async tick(): Promise<number> {
+    await this.drain();
+    if (Date.now() - this.lastPurge > PURGE_EVERY_MS) {
+      this.lastPurge = Date.now();
+      await this.purge();
     }
+    // Measured on the database's clock, as next_attempt_at and lease_until are written.
+    const [row] = await this.deps.db.sql.query<{ ms: number | null }>(
+      `SELECT (extract(epoch FROM min(GREATEST(next_attempt_at, COALESCE(lease_until, next_attempt_at)))
+                 - clock_timestamp()) * 1000)::float8 AS ms
+         FROM webhook_events WHERE delivery = 'pending'`,
+      [],
+      'webhook_events_due',
+    );
+    const dueInMs = row?.ms ?? Number.POSITIVE_INFINITY;
+    return Math.min(dueInMs, this.lastPurge + PURGE_EVERY_MS - Date.now());
   }
 
   /**

@@ -530,11 +530,16 @@ export class AgentGateway {
       timer.unref();
       this.#timers.push(timer);
     };
+    // Heartbeats are batched in memory and written together; with none received a flush returns at
+    // once without touching the database.
     every(
       this.#o.heartbeatFlushMs ?? Math.min(1_000, (heartbeatSeconds * 1000) / 2),
       () => this.flushHeartbeats(),
       'writing heartbeats',
     );
+    // Liveness stays a timer: a host goes silent without any event (its replica died, its network went),
+    // so only time can tell. One statement every few seconds (a quarter of the grace period, at most 5 s)
+    // is the one periodic database write of an idle control plane.
     const livenessMs = this.#o.livenessIntervalMs ?? Math.max(250, Math.min(5_000, graceMs / 4));
     let lastCheck = performance.now();
     every(

@@ -7,10 +7,17 @@ import type { DeleteOptions } from './operation.ts';
 import type { ClusterOperations } from './operations.ts';
 import type { ClusterLogger, ClusterService } from './service.ts';
 
+/** Announced by a trigger when a cluster is created or its status changes (migration 20261128001900). */
+const CLUSTER_STATUS_CHANNEL = 'anvil_cluster_status';
+
 export interface SupervisorOptions {
   /** Pass interval while some cluster is in a transition (starting, pending, stopping, deleting). */
   busyIntervalMs?: number;
-  /** Pass interval otherwise (expiry, containers that exit). */
+  /**
+   * The safety sweep: the longest wait with no cluster in a transition. Otherwise the supervisor sleeps
+   * until the soonest expires_at, or a kick: an operation accepted here, a container's state reported to
+   * this process (it exited), a cluster's status changed anywhere (NOTIFY of migration 20261128001900).
+   */
   idleIntervalMs?: number;
   /** How often the capacity index is rebuilt from inventories while clusters are pending. */
   capacitySyncMs?: number;
@@ -38,7 +45,9 @@ export const EXPIRY_DELETE: DeleteOptions = {
  * oldest first when capacity frees or appears, expired clusters deleted, stop and delete phases run.
  */
 export class ClusterSupervisor {
-  readonly #loop: PassLoop<boolean>;
+  readonly #loop: PassLoop<number>;
+  #unlisten: (() => Promise<void>) | null = null;
+  #started = false;
   #lastSync = 0;
   readonly #inFlight = new Set<string>();
   readonly #busyMs: number;
@@ -57,22 +66,56 @@ export class ClusterSupervisor {
     options: SupervisorOptions = {},
   ) {
     this.#busyMs = options.busyIntervalMs ?? 100;
-    this.#idleMs = options.idleIntervalMs ?? 1_000;
+    this.#idleMs = options.idleIntervalMs ?? 60_000;
     this.#syncMs = options.capacitySyncMs ?? 3_000;
     this.#loop = new PassLoop({
-      run: (kicked) => this.pass(kicked),
-      after: (busy) => (busy ? this.#busyMs : this.#idleMs),
-      failedMs: this.#idleMs,
+      run: (kicked) => this.#pass(kicked),
+      after: (delayMs) => delayMs,
+      // A failure (the database away) is retried soon, not at the sweep.
+      failedMs: 1_000,
       onError: (error) => this.d.logger().error({ err: error }, 'cluster supervisor pass failed'),
     });
   }
 
   start(): void {
+    if (this.#started) return;
+    this.#started = true;
     this.#loop.start();
+    void this.d.db
+      .listen(CLUSTER_STATUS_CHANNEL, () => this.#loop.kick())
+      .then(
+        (unlisten) => {
+          if (this.#started) this.#unlisten = unlisten;
+          else void unlisten();
+        },
+        (error: unknown) => this.d.logger().error({ err: error }, 'cluster supervisor could not listen'),
+      );
   }
 
-  stop(): Promise<void> {
-    return this.#loop.stop();
+  async stop(): Promise<void> {
+    this.#started = false;
+    await this.#unlisten?.();
+    this.#unlisten = null;
+    await this.#loop.stop();
+  }
+
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.#loop.passes, wakeAt: this.#loop.wakeAt };
+  }
+
+  /** One pass of the loop; resolves to the delay before the next. */
+  async #pass(kicked: boolean): Promise<number> {
+    if (await this.pass(kicked)) return this.#busyMs;
+    // Nothing in a transition: the next thing due is the soonest expiry (or a kick).
+    const [row] = await this.d.db.sql.query<{ at: Date | string | null }>(
+      `SELECT min(expires_at) AS at FROM clusters
+        WHERE deleted_at IS NULL AND expires_at IS NOT NULL AND status <> 'deleting'`,
+      [],
+      'cluster_supervisor_next_expiry',
+    );
+    const at = row?.at ? new Date(row.at).getTime() - this.d.clock.now().getTime() : Number.POSITIVE_INFINITY;
+    return Math.max(0, Math.min(at, this.#idleMs));
   }
 
   /** Something changed (capacity freed, an operation accepted): run a pass soon. */

@@ -13,9 +13,17 @@ export interface DispatcherOptions {
   leaseMs?: number;
   /** How often leases are renewed (and cancels made on other replicas noticed). */
   renewMs?: number;
-  /** Pass interval when nothing was dispatched. */
+  /** Pass interval while jobs wait in the queue but none could be dispatched (no free slot, worker in trouble). */
   idleMs?: number;
+  /**
+   * The safety sweep: the next pass when the queue was empty. Queued jobs are announced (kick() here,
+   * a NOTIFY from other replicas), so this only catches what no announcement reached.
+   */
+  sweepMs?: number;
 }
+
+/** Replicas tell each other of queue changes on this channel (PostgreSQL; PGlite has one replica). */
+const CHANNEL = 'anvil_endpoint_jobs';
 
 interface Running {
   job: EndpointJob;
@@ -55,11 +63,17 @@ export class Dispatcher {
   readonly #listeners = new Set<JobListener>();
   /** Workers that could not be reached, and until when no job is sent to them (the supervisor checks them). */
   readonly #troubled = new Map<string, number>();
-  readonly #loop: PassLoop<number>;
+  readonly #loop: PassLoop<{ dispatched: number; queued: boolean }>;
+  readonly #changeListeners = new Set<() => void>();
+  #unlisten: (() => Promise<void>) | null = null;
+  /** A NOTIFY is being sent / another is wanted after it (kicks coalesce into one at a time). */
+  #notifying = false;
+  #notifyAgain = false;
   #renewTimer: NodeJS.Timeout | null = null;
   readonly #leaseMs: number;
   readonly #renewMs: number;
   readonly #idleMs: number;
+  readonly #sweepMs: number;
 
   constructor(
     private readonly d: {
@@ -78,10 +92,13 @@ export class Dispatcher {
     this.#leaseMs = options.leaseMs ?? 15_000;
     this.#renewMs = options.renewMs ?? 2_000;
     this.#idleMs = options.idleMs ?? 250;
+    this.#sweepMs = options.sweepMs ?? 60_000;
     this.#loop = new PassLoop({
-      run: () => this.pass(),
-      // Another look at once while jobs were started: more may be waiting for the slots left.
-      after: (dispatched) => (dispatched > 0 ? 0 : this.#idleMs),
+      run: () => this.#pass(),
+      // Another look at once while jobs were started: more may be waiting for the slots left. Jobs left
+      // waiting: soon again (a worker in trouble becomes usable after its backoff, which nothing announces).
+      // An empty queue: nothing to do until a kick, but for the safety sweep.
+      after: ({ dispatched, queued }) => (dispatched > 0 ? 0 : queued ? this.#idleMs : this.#sweepMs),
       failedMs: this.#idleMs,
       onError: (error) => this.d.logger().error({ err: error }, 'endpoint dispatcher pass failed'),
     });
@@ -92,17 +109,46 @@ export class Dispatcher {
     return () => this.#listeners.delete(listener);
   }
 
+  /** Told on every queue change this replica makes or hears of (maintenance wakes on it). */
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.#loop.passes, wakeAt: this.#loop.wakeAt };
+  }
+
+  onQueueChange(listener: () => void): () => void {
+    this.#changeListeners.add(listener);
+    return () => this.#changeListeners.delete(listener);
+  }
+
   start(): void {
     if (this.#renewTimer) return;
     this.#loop.start();
+    // Renews the leases of the jobs running here; with none running, a renewal costs nothing.
     this.#renewTimer = setInterval(() => void this.#renew(), this.#renewMs);
     this.#renewTimer.unref();
+    if (this.d.db.kind === 'postgres')
+      void this.d.db
+        .listen(CHANNEL, (payload) => {
+          if (payload === this.replicaId) return;
+          this.#loop.kick();
+          this.#changed();
+        })
+        .then(
+          (unlisten) => {
+            if (this.#renewTimer) this.#unlisten = unlisten;
+            else void unlisten();
+          },
+          (error: unknown) =>
+            this.d.logger().error({ err: error }, 'endpoint dispatcher could not listen for queue changes'),
+        );
   }
 
   /** Stops taking jobs, aborts those running here and queues them again. */
   async stop(): Promise<void> {
     if (this.#renewTimer) clearInterval(this.#renewTimer);
     this.#renewTimer = null;
+    await this.#unlisten?.();
+    this.#unlisten = null;
     await this.#loop.stop();
     for (const running of this.#running.values()) running.abort.abort({ stop: 'shutdown' } satisfies Stop);
     const released = await this.d.jobs.releaseReplica(this.replicaId).catch(() => 0);
@@ -110,14 +156,41 @@ export class Dispatcher {
       this.d.logger().info({ jobs: released }, 'running endpoint jobs queued again for shutdown');
   }
 
-  /** A job was queued or a worker became ready: look for work now. */
+  /** A job was queued or a worker became ready: look for work now, here and on the other replicas. */
   kick(): void {
     this.#loop.kick();
+    this.#changed();
+    this.#announce();
   }
 
   /** Cancelled through this replica: stop its request at once (other replicas notice at the next renewal). */
   abort(jobId: string): void {
     this.#running.get(jobId)?.abort.abort({ stop: 'cancelled' } satisfies Stop);
+    this.#changed();
+  }
+
+  #changed(): void {
+    for (const listener of this.#changeListeners) listener();
+  }
+
+  /** NOTIFYs the other replicas (PostgreSQL only), one at a time: kicks meanwhile make one more. */
+  #announce(): void {
+    if (this.d.db.kind !== 'postgres' || !this.#renewTimer) return;
+    if (this.#notifying) {
+      this.#notifyAgain = true;
+      return;
+    }
+    this.#notifying = true;
+    this.#notifyAgain = false;
+    void this.d.db
+      .notify(CHANNEL, this.replicaId)
+      .catch((error: unknown) =>
+        this.d.logger().warn({ err: error }, 'endpoint dispatcher could not notify other replicas'),
+      )
+      .finally(() => {
+        this.#notifying = false;
+        if (this.#notifyAgain) this.#announce();
+      });
   }
 
   get runningCount(): number {
@@ -126,6 +199,10 @@ export class Dispatcher {
 
   /** One pass: claim jobs for every ready worker with a free slot and a queue; returns how many started. */
   async pass(): Promise<number> {
+    return (await this.#pass()).dispatched;
+  }
+
+  async #pass(): Promise<{ dispatched: number; queued: boolean }> {
     // Most passes find no queued job anywhere: this probe (one index lookup, cheap to plan) answers them.
     // The join below costs several milliseconds to plan on PGlite, which plans every statement anew in the
     // API's own thread: run four times a second on an idle queue, it delayed API requests.
@@ -134,7 +211,7 @@ export class Dispatcher {
       [],
       'dispatcher_any_queued',
     );
-    if (queued.length === 0) return 0;
+    if (queued.length === 0) return { dispatched: 0, queued: false };
     const workers = await this.d.db.sql.query<{
       id: string;
       endpoint_id: string;
@@ -184,7 +261,7 @@ export class Dispatcher {
           this.#running.get(job.id)?.abort.abort({ stop: 'undelivered' } satisfies Stop);
       }
     }
-    return dispatched;
+    return { dispatched, queued: true };
   }
 
   #run(job: EndpointJob, workerId: string, port: number, pulls: boolean): void {
@@ -260,6 +337,8 @@ export class Dispatcher {
 
   #finished(jobId: string): void {
     for (const listener of this.#listeners) listener(jobId);
+    // Its webhook (if any) is due now: maintenance delivers it.
+    this.#changed();
   }
 
   /** A job reached a final status outside a dispatch here (ttl expiry): its waiters are told. */

@@ -143,6 +143,8 @@ export function createEndpoints(deps: {
     },
     deps.options?.maintenanceMs,
   );
+  // Housekeeping sleeps until its next due time; a queue change (queued, finished, cancelled) wakes it.
+  const stopWaking = dispatcher.onQueueChange(() => maintenance.wake());
   // A worker container changed (running, exited, removed): the supervisor acts now, not at its next pass.
   const unsubscribe = fleet.workloads.onContainerState(async ({ workloadId }) => {
     if (!workloadId.startsWith('cluster_')) running.kick();
@@ -167,6 +169,7 @@ export function createEndpoints(deps: {
     async stop() {
       unsubscribe();
       workerApi.close();
+      stopWaking();
       await maintenance.stop();
       await running.stop();
       await dispatcher.stop();

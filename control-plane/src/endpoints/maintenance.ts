@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import { DueLoop } from '../util/due-loop.ts';
 import { outboundRequest } from '../util/outbound-guard.ts';
 import type { JobQueue } from './jobs.ts';
 import { viewJob } from './view.ts';
@@ -12,13 +13,22 @@ const WEBHOOK_TIMEOUT_MS = 10_000;
 const WEBHOOK_CLAIM_MS = 30_000;
 const PRUNE_EVERY_MS = 10 * 60_000;
 
+/** The safety sweep: a pass at least this often, for work no event announced (see QueueMaintenance). */
+const SWEEP_MS = 60_000;
+
 /**
  * The queue's housekeeping, run by every replica (each statement is safe with several): leases that ran
  * out (the replica running the job died) and ttls that passed, the jobs' webhooks, and pruning.
+ *
+ * It does not poll: each pass reads from the data when the next thing falls due (the soonest lease end,
+ * ttl, webhook attempt or prune) and sleeps until then. wake() brings a pass forward for changes this
+ * replica makes or hears of (a job queued, finished, cancelled: the dispatcher's events, NOTIFYs from other
+ * replicas included); passes stay at least `intervalMs` apart however often it is woken. The one timer left
+ * besides that is the safety sweep (SWEEP_MS, or `sweepMs`), for what no event announced here: a lease
+ * claimed on another replica after this one's last pass, whose replica then died.
  */
 export class QueueMaintenance {
-  #timer: NodeJS.Timeout | null = null;
-  #running: Promise<void> | null = null;
+  readonly #loop: DueLoop;
   #lastPrune = 0;
 
   constructor(
@@ -32,27 +42,37 @@ export class QueueMaintenance {
       requeued: () => void;
       logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
     },
-    private readonly intervalMs = 1_000,
-  ) {}
+    intervalMs = 1_000,
+    sweepMs = SWEEP_MS,
+  ) {
+    this.#loop = new DueLoop({
+      run: () => this.tick(),
+      onError: (error) => this.d.logger().error({ err: error }, 'endpoint queue maintenance failed'),
+      minGapMs: intervalMs,
+      sweepMs,
+    });
+  }
 
   start(): void {
-    this.#timer = setInterval(() => {
-      this.#running ??= this.tick()
-        .catch((error: unknown) => this.d.logger().error({ err: error }, 'endpoint queue maintenance failed'))
-        .finally(() => {
-          this.#running = null;
-        });
-    }, this.intervalMs);
-    this.#timer.unref();
+    this.#loop.start();
   }
 
-  async stop(): Promise<void> {
-    if (this.#timer) clearInterval(this.#timer);
-    this.#timer = null;
-    await this.#running;
+  stop(): Promise<void> {
+    return this.#loop.stop();
   }
 
-  async tick(): Promise<void> {
+  /** Something changed in the queue: a pass soon (at once, unless one ran less than intervalMs ago). */
+  wake(): void {
+    this.#loop.wake();
+  }
+
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.#loop.passes, wakeAt: this.#loop.wakeAt };
+  }
+
+  /** One pass; resolves to how long until the next thing falls due (ms, as the data says). */
+  async tick(): Promise<number> {
     const requeued = await this.d.jobs.expireLeases();
     if (requeued > 0) {
       this.d.logger().warn({ jobs: requeued }, 'endpoint jobs whose lease ran out queued again');
@@ -65,6 +85,16 @@ export class QueueMaintenance {
       this.#lastPrune = now;
       await this.d.jobs.prune();
     }
+    const [row] = await this.d.db.sql.query<{ due: Date | null }>(
+      `SELECT LEAST(
+                (SELECT min(lease_until) FROM endpoint_jobs WHERE status = 'IN_PROGRESS'),
+                (SELECT min(expires_at) FROM endpoint_jobs WHERE status IN ('IN_QUEUE', 'IN_PROGRESS')),
+                (SELECT min(webhook_next_at) FROM endpoint_jobs WHERE webhook_status = 'pending')) AS due`,
+      [],
+      'endpoint_maintenance_due',
+    );
+    const due = row?.due ? new Date(row.due).getTime() : Number.POSITIVE_INFINITY;
+    return Math.max(0, Math.min(due, this.#lastPrune + PRUNE_EVERY_MS) - now);
   }
 
   /** Claims due deliveries (SKIP LOCKED, pushed into the future while in flight) and sends them. */

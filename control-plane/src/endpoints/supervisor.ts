@@ -35,6 +35,8 @@ const RUNPOD_SILENCE_MS = 3 * RUNPOD_PING_INTERVAL_MS;
 
 /** Advisory lock key: one supervisor pass at a time across replicas. */
 const LOCK_KEY = 7_245_318_301;
+/** With no endpoint, the longest wait for a pass (a safety sweep: creating one kicks the loop). */
+const IDLE_SWEEP_MS = 60_000;
 
 interface WorkloadState {
   id: string;
@@ -55,6 +57,8 @@ interface WorkloadState {
 export class EndpointSupervisor {
   readonly #loop: PassLoop<void>;
   readonly #suspect = new Set<string>();
+  /** The last pass found no endpoint to look after (another replica holding the lock does not count). */
+  #noEndpoints = false;
   readonly #o: Required<SupervisorOptions>;
 
   constructor(
@@ -80,7 +84,9 @@ export class EndpointSupervisor {
     };
     this.#loop = new PassLoop({
       run: () => this.pass(),
-      after: () => this.#o.intervalMs,
+      // No endpoint at all (nor a worker left to stop): nothing to reconcile until a kick (an endpoint
+      // created or changed, a job queued, a container's state) or the safety sweep.
+      after: () => (this.#noEndpoints ? IDLE_SWEEP_MS : this.#o.intervalMs),
       failedMs: this.#o.intervalMs,
       kickedMs: 50,
       onError: (error) => this.d.logger().error({ err: error }, 'endpoint supervisor pass failed'),
@@ -93,6 +99,11 @@ export class EndpointSupervisor {
 
   stop(): Promise<void> {
     return this.#loop.stop();
+  }
+
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.#loop.passes, wakeAt: this.#loop.wakeAt };
   }
 
   kick(): void {
@@ -121,6 +132,7 @@ export class EndpointSupervisor {
           orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
           take: 1000,
         });
+        this.#noEndpoints = endpoints.length === 0;
         for (const endpoint of endpoints) {
           try {
             await this.reconcile(endpoint);

@@ -572,6 +572,8 @@ export class ProxyService {
 
   private changed(clusterId: string): void {
     this.store.invalidate(clusterId);
+    // A port, its health check or the proxy settings changed: the health checks follow at once.
+    this.health.kick();
   }
 
   private async findPort(clusterId: string, portId: string): Promise<ProxyPortMapping> {

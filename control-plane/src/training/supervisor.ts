@@ -107,6 +107,9 @@ export function verdict(
   return { kind: 'wait' };
 }
 
+/** With nothing open, the longest wait for a pass: a safety sweep (every change kicks the loop). */
+const QUIET_SWEEP_MS = 60_000;
+
 export interface TrainingSupervisorOptions {
   busyIntervalMs?: number;
   idleIntervalMs?: number;
@@ -123,7 +126,9 @@ export interface TrainingSupervisorOptions {
  */
 export class TrainingSupervisor {
   readonly #loop: PassLoop<boolean>;
-  readonly #hooks: (() => Promise<void>)[] = [];
+  readonly #hooks: (() => Promise<boolean | undefined>)[] = [];
+  /** The last pass found nothing open, nothing to release, no tail to read and no hook with work. */
+  #quiet = false;
   readonly #busyMs: number;
   readonly #idleMs: number;
   readonly #tailMs: number;
@@ -145,14 +150,16 @@ export class TrainingSupervisor {
     this.#tailMs = options.tailMs ?? 120_000;
     this.#loop = new PassLoop({
       run: () => this.pass(),
-      after: (busy) => (busy ? this.#busyMs : this.#idleMs),
+      // Quiet (no open job, nothing to release, no recent tail, no open tuning job): nothing is due until a
+      // kick (a job or tuning job created or changed, a worker container's state) or the safety sweep.
+      after: (busy) => (busy ? this.#busyMs : this.#quiet ? QUIET_SWEEP_MS : this.#idleMs),
       failedMs: this.#idleMs,
       onError: (error) => this.d.logger().error({ err: error }, 'training supervisor pass failed'),
     });
   }
 
-  /** Runs after every pass (tuning jobs react to their trials). */
-  afterPass(hook: () => Promise<void>): void {
+  /** Runs after every pass (tuning jobs react to their trials); true: it has open work to come back to. */
+  afterPass(hook: () => Promise<boolean | undefined>): void {
     this.#hooks.push(hook);
   }
 
@@ -162,6 +169,11 @@ export class TrainingSupervisor {
 
   stop(): Promise<void> {
     return this.#loop.stop();
+  }
+
+  /** The pass loop's state: passes so far and when the next one begins (tests read it). */
+  get loopState(): { passes: number; wakeAt: number } {
+    return { passes: this.#loop.passes, wakeAt: this.#loop.wakeAt };
   }
 
   kick(): void {
@@ -196,9 +208,11 @@ export class TrainingSupervisor {
       // No room: lower-priority training work may give its GPUs (preemption.ts).
       if (outcome.kind === 'busy') await this.d.preemption.consider(job);
     }
-    await this.releaseFinished();
-    await this.readTails(now);
-    for (const hook of this.#hooks) await hook();
+    const released = await this.releaseFinished();
+    const tails = await this.readTails(now);
+    let hooksOpen = false;
+    for (const hook of this.#hooks) if ((await hook()) === true) hooksOpen = true;
+    this.#quiet = jobs.length === 0 && released === 0 && tails === 0 && !hooksOpen;
     return jobs.length > 0;
   }
 
@@ -340,7 +354,8 @@ export class TrainingSupervisor {
   }
 
   /** Workers of jobs that ended but still want to run (a crash between the end and the release): released now. */
-  private async releaseFinished(): Promise<void> {
+  /** Returns how many finished jobs still had workers. */
+  private async releaseFinished(): Promise<number> {
     const rows = await this.d.db.prisma.$queryRawUnsafe<{ id: string; placement: unknown }[]>(
       `SELECT j.id, j.placement FROM training_jobs j
         WHERE j.status IN ('completed', 'failed', 'stopped', 'cancelled')
@@ -369,10 +384,12 @@ export class TrainingSupervisor {
       this.d.logger().warn({ jobId: row.id }, 'releasing the workers of a finished training job');
       await this.d.launcher.release(workers);
     }
+    return rows.length;
   }
 
   /** Late log lines of jobs that ended recently (the agent may send a trainer's last lines after its exit). */
-  private async readTails(now: Date): Promise<void> {
+  /** Returns how many jobs ended recently enough for their tails to be read. */
+  private async readTails(now: Date): Promise<number> {
     const recent = await this.d.db.prisma.trainingJob.findMany({
       where: {
         status: { in: ['completed', 'failed', 'stopped'] },
@@ -381,5 +398,6 @@ export class TrainingSupervisor {
       select: { id: true },
     });
     for (const { id } of recent) await this.d.reports.drain(id).catch(() => 0);
+    return recent.length;
   }
 }

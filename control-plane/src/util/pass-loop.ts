@@ -10,6 +10,9 @@ export class PassLoop<T> {
   #running = false;
   #passing: Promise<void> | null = null;
   #kicked = true;
+  #wakeAt = Number.POSITIVE_INFINITY;
+  /** Passes begun so far (tests count them). */
+  passes = 0;
 
   constructor(
     private readonly o: {
@@ -33,6 +36,7 @@ export class PassLoop<T> {
     this.#running = false;
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
+    this.#wakeAt = Number.POSITIVE_INFINITY;
     await this.#passing;
   }
 
@@ -42,11 +46,19 @@ export class PassLoop<T> {
     if (this.#running && !this.#passing) this.#schedule(0);
   }
 
+  /** When the next pass begins (epoch ms); Infinity while a pass runs or when stopped. */
+  get wakeAt(): number {
+    return this.#wakeAt;
+  }
+
   #schedule(ms: number): void {
     if (!this.#running) return;
     if (this.#timer) clearTimeout(this.#timer);
+    this.#wakeAt = Date.now() + ms;
     this.#timer = setTimeout(() => {
       this.#timer = null;
+      this.#wakeAt = Number.POSITIVE_INFINITY;
+      this.passes += 1;
       const next = (otherwise: number) => this.#schedule(this.#kicked ? (this.o.kickedMs ?? 0) : otherwise);
       // Taken as the pass begins: a kick during the pass brings the next one forward.
       const kicked = this.#kicked;

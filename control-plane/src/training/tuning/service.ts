@@ -585,8 +585,9 @@ export class TuningService {
 
   // ---- the loop
 
-  async advanceAll(): Promise<void> {
-    if (this.#advancing) return;
+  /** Advances every open tuning job; true when there are open ones (the supervisor comes back soon). */
+  async advanceAll(): Promise<boolean> {
+    if (this.#advancing) return true;
     this.#advancing = true;
     try {
       const open = await this.db.prisma.tuningJob.findMany({
@@ -601,6 +602,7 @@ export class TuningService {
             .error({ tuneId: id, err: (error as Error).message }, 'tuning job could not advance'),
         );
       }
+      return open.length > 0;
     } finally {
       this.#advancing = false;
     }
