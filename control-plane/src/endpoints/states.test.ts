@@ -34,6 +34,7 @@ describe('endpoint configuration', () => {
       maxConcurrency: 1,
       timeoutSeconds: 600,
       environmentVariables: {},
+      workerProtocol: 'http',
       autoScaling: {
         enabled: false,
         minWorkers: 0,
