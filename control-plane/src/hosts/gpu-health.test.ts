@@ -216,13 +216,20 @@ describe('GPU health, NVIDIA runtime gate and board catalogue over the agent pro
     expect(reported['status_reason']).toContain('ANVIL_FAILED_GPU_POLICY=keep');
     expect(reported['status']).not.toBe('error');
 
-    // Prometheus: DCGM-named per-GPU gauges and the kept state.
-    const metrics = await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } });
-    const text = await metrics.text();
+    // Prometheus: DCGM-named per-GPU gauges and the kept state. The gauges read the stored samples, which
+    // the telemetry writer flushes in batches: wait for the last sample's figures to be there.
+    let text = '';
     const line = (name: string, index: number) =>
       text
         .split('\n')
         .find((l) => l.startsWith(`${name}{`) && l.includes(`UUID="${inv.gpus.devices[index]!.uuid}"`));
+    await waitFor('the last sample in the gauges', async () => {
+      const metrics = await fetch(`${url}/metrics`, {
+        headers: { authorization: `Bearer ${METRICS_TOKEN}` },
+      });
+      text = await metrics.text();
+      return / 2$/.test(line('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL', 0) ?? '');
+    });
     expect(line('anvil_gpu_health_state', 1)).toMatch(/ 2$/);
     expect(line('anvil_gpu_health_state', 1)).toContain('modelName="NVIDIA H200"');
     expect(line('anvil_gpu_health_state', 1)).toContain('gpu="1"');
