@@ -188,12 +188,14 @@ describe.skipIf(!dockerAvailable())('managed training', () => {
       expect(r.statusCode, r.body).toBe(201);
       return r.json();
     };
-    const low = await create('low', 'low', 2, { steps_per_epoch: 30, step_seconds: 0.5 }, 2);
+    const low = await create('low', 'low', 2, { steps_per_epoch: 10, step_seconds: 0.5 }, 4);
+    // Preempted once it has a checkpoint (end of its first epoch), so it has one to resume from.
     await waitFor(
-      'low running with reports',
+      'low running with a checkpoint',
       async () => {
         const j = await get(low.id);
-        return j.status === 'running' && j.progress.currentStep >= 2;
+        const checkpoints = await t.context.db.prisma.trainingCheckpoint.count({ where: { jobId: low.id } });
+        return j.status === 'running' && checkpoints > 0;
       },
       240_000,
     );
