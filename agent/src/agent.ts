@@ -484,6 +484,12 @@ export function createAgent(options: AgentOptions): Agent {
       }
       for (const e of entries) cursors?.advance(e.containerId, e.stream, e.ts);
     }
+    // After the lines on the same socket: the control plane waits for this before it trusts a stopped
+    // container's reports are all in (a preempted trainer's checkpoint written on SIGTERM).
+    const complete = logBuffer.takeEnded();
+    if (complete.length > 0 && !send(createMessage('log_batch', { entries: [], complete }))) {
+      logBuffer.restoreEnded(complete);
+    }
     while (workers.sampler.pending > 0 && channel.bufferedAmount < BACKPRESSURE_BYTES) {
       const batch = workers.sampler.take(METRIC_BATCH_SAMPLES);
       if (!send(createMessage('metric_batch', batch))) {

@@ -1,7 +1,9 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../control-plane/src/logger.ts';
 import { addAccount, call, type TestMember } from '../../control-plane/src/testing/accounts.ts';
 import type { TestApp } from '../../control-plane/src/testing/app.ts';
 import { startClusterFleet, waitFor } from '../clusters/harness.ts';
@@ -28,10 +30,21 @@ describe.skipIf(!dockerAvailable())('managed training', () => {
   let t: TestApp;
   let mallory: TestMember;
   let datasetId: string;
+  /** The control plane's warnings and errors. */
+  const warnings: string[] = [];
 
   beforeAll(async () => {
     datasetsDir = await mkdtemp(join(tmpdir(), 'anvil-managed-'));
-    fleet = await startClusterFleet({ ANVIL_DATASETS_DIR: datasetsDir });
+    const sink = new Writable({
+      write(chunk, _encoding, done) {
+        warnings.push(String(chunk));
+        done();
+      },
+    });
+    fleet = await startClusterFleet(
+      { ANVIL_DATASETS_DIR: datasetsDir },
+      { controlPlane: createLogger('warn', sink) },
+    );
     t = fleet.t;
     mallory = await addAccount(t, 'Mallory');
     const created = await call(t, {
@@ -188,14 +201,21 @@ describe.skipIf(!dockerAvailable())('managed training', () => {
       expect(r.statusCode, r.body).toBe(201);
       return r.json();
     };
-    const low = await create('low', 'low', 2, { steps_per_epoch: 10, step_seconds: 0.5 }, 4);
-    // Preempted once it has a checkpoint (end of its first epoch), so it has one to resume from.
+    // One epoch of 100 one-second steps: preempted right after its first step, long before the epoch's
+    // checkpoint, so the only checkpoint it can resume from is the one it writes on SIGTERM. Once resumed it
+    // runs its remaining steps without pausing.
+    const low = await create(
+      'low',
+      'low',
+      2,
+      { steps_per_epoch: 100, step_seconds: 1, resumed_step_seconds: 0 },
+      1,
+    );
     await waitFor(
-      'low running with a checkpoint',
+      'low running with a report',
       async () => {
         const j = await get(low.id);
-        const checkpoints = await t.context.db.prisma.trainingCheckpoint.count({ where: { jobId: low.id } });
-        return j.status === 'running' && checkpoints > 0;
+        return j.status === 'running' && j.progress.currentStep >= 1;
       },
       240_000,
     );
@@ -222,6 +242,18 @@ describe.skipIf(!dockerAvailable())('managed training', () => {
     expect(lowDone.preemptions).toBe(1);
     expect(lowDone.attempt).toBe(2);
     expect(lowDone.resumedFrom).toMatch(/^ckpt_/);
+    // The checkpoint it resumed from is the one written on SIGTERM (mid-epoch), and the trainer started there.
+    const resumed = await t.context.db.prisma.trainingCheckpoint.findUniqueOrThrow({
+      where: { id: lowDone.resumedFrom },
+    });
+    expect(resumed.step).toBeGreaterThan(0);
+    expect(resumed.step).toBeLessThan(100);
+    const logs = await call(t, { url: `/v2/training/jobs/${low.id}/logs?search=resumed%20from` });
+    expect(logs.json().logs.map((l: { message: string }) => l.message)).toEqual([
+      `resumed from step ${resumed.step}`,
+    ]);
+    // Requeued because the agent said rank 0's logs were all in, not after waiting that out.
+    expect(warnings.filter((w) => w.includes('did not confirm its final log lines'))).toEqual([]);
     expect(highDone.preemptions).toBe(0);
     // Billing: the low job's session closed when it gave its GPUs and a new one opened when it resumed.
     const sessions = (id: string) =>

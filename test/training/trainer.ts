@@ -2,7 +2,8 @@
  * A trainer that follows the trainer contract (control-plane/src/training/contract.ts) with busybox sh:
  * reads its hyperparameters (ANVIL_HP_*) and dataset, reports metrics per step, writes a checkpoint
  * directory at the end of each epoch and on SIGTERM (then exits 0), and resumes from ANVIL_RESUME_FROM.
- * config.parameters: steps_per_epoch (default 2), step_seconds (default 0.2), exit_code (default 0).
+ * config.parameters: steps_per_epoch (default 2), step_seconds (default 0.2), resumed_step_seconds (the
+ * pause per step once resumed; default step_seconds), exit_code (default 0).
  */
 export const TRAINER_SCRIPT = `
 lr=\${ANVIL_HP_LEARNING_RATE:-0.01}
@@ -12,7 +13,9 @@ pause=\${ANVIL_HP_STEP_SECONDS:-0.2}
 examples=$(wc -l < "$ANVIL_DATASET_FILE")
 echo "trainer rank $ANVIL_RANK of $ANVIL_WORLD_SIZE attempt $ANVIL_ATTEMPT examples $examples lr $lr"
 step=0
-if [ -n "$ANVIL_RESUME_FROM" ]; then step=$(cat "$ANVIL_RESUME_FROM/step"); echo "resumed from step $step"; fi
+if [ -n "$ANVIL_RESUME_FROM" ]; then
+  step=$(cat "$ANVIL_RESUME_FROM/step"); echo "resumed from step $step"; pause=\${ANVIL_HP_RESUMED_STEP_SECONDS:-$pause}
+fi
 total=$((epochs * steps))
 stop=0
 trap 'stop=1' TERM

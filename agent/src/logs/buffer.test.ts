@@ -45,4 +45,25 @@ describe('LogBuffer', () => {
     buffer.unshift(batch);
     expect(buffer.take(1_000_000, 100).map((e) => e.ts.slice(17, 19))).toEqual(['00', '01', '02', '03']);
   });
+
+  it('names an ended container only once its last line was taken, and again if that send failed', () => {
+    const buffer = new LogBuffer(1_000_000);
+    buffer.push(entry(0, 'a'));
+    buffer.push(entry(1, 'b'));
+    buffer.push(entry(2, 'a'));
+    buffer.end('w1', 'a');
+    buffer.end('w1', 'b');
+    expect(buffer.takeEnded()).toEqual([]);
+    buffer.take(1_000_000, 2);
+    expect(buffer.takeEnded()).toEqual([{ workloadId: 'w1', containerId: 'b' }]);
+    // a's last line could not be sent: it is back, and a still waits for it.
+    buffer.unshift(buffer.take(1_000_000, 100));
+    expect(buffer.takeEnded()).toEqual([]);
+    expect(buffer.take(1_000_000, 100)).toHaveLength(1);
+    const ended = buffer.takeEnded();
+    expect(ended).toEqual([{ workloadId: 'w1', containerId: 'a' }]);
+    expect(buffer.takeEnded()).toEqual([]);
+    buffer.restoreEnded(ended);
+    expect(buffer.takeEnded()).toEqual(ended);
+  });
 });

@@ -1,4 +1,4 @@
-import type { LogEntry, LogLoss } from '@anvil/shared/protocol';
+import type { LogEntry, LogLoss, LogsComplete } from '@anvil/shared/protocol';
 
 /** Approximate wire size of an entry: the line plus its JSON envelope fields. */
 export function entryBytes(entry: LogEntry): number {
@@ -15,6 +15,10 @@ export class LogBuffer {
   #head = 0;
   #bytes = 0;
   readonly #losses = new Map<string, LogLoss>();
+  /** Entries waiting per container, so a container's end is announced only after its last line went out. */
+  readonly #waiting = new Map<string, number>();
+  /** Containers whose logs were read to the end, by container id (their workload ids as values). */
+  readonly #ended = new Map<string, string>();
 
   constructor(readonly maxBytes: number) {}
 
@@ -35,6 +39,7 @@ export class LogBuffer {
     }
     this.#entries.push(entry);
     this.#bytes += size;
+    this.#count(entry.containerId, 1);
   }
 
   /** Remove and return up to `maxBytes` / `maxEntries` from the front, oldest first. */
@@ -48,6 +53,7 @@ export class LogBuffer {
       out.push(entry);
       bytes += size;
       this.#shift(size);
+      this.#count(entry.containerId, -1);
     }
     return out;
   }
@@ -58,7 +64,32 @@ export class LogBuffer {
     this.#entries = [...entries, ...this.#entries.slice(this.#head)];
     this.#head = 0;
     this.#bytes += entries.reduce((n, e) => n + entryBytes(e), 0);
+    for (const e of entries) this.#count(e.containerId, 1);
     while (this.#bytes > this.maxBytes && this.length > 0) this.#dropOldest();
+  }
+
+  /**
+   * The container's logs were read to the end (it stopped): once every line of it pushed so far has been
+   * taken, takeEnded() names it, so the control plane learns that nothing more of it will come.
+   */
+  end(workloadId: string, containerId: string): void {
+    this.#ended.set(containerId, workloadId);
+  }
+
+  /** Ended containers none of whose lines still wait here; they are forgotten (restoreEnded if unsent). */
+  takeEnded(): LogsComplete[] {
+    const out: LogsComplete[] = [];
+    for (const [containerId, workloadId] of this.#ended) {
+      if ((this.#waiting.get(containerId) ?? 0) > 0) continue;
+      out.push({ workloadId, containerId });
+      this.#ended.delete(containerId);
+    }
+    return out;
+  }
+
+  /** Ends taken but not sent: announced next time. */
+  restoreEnded(ended: LogsComplete[]): void {
+    for (const e of ended) this.#ended.set(e.containerId, e.workloadId);
   }
 
   /** Losses counted since the last call, per container. */
@@ -86,7 +117,14 @@ export class LogBuffer {
   #dropOldest(): void {
     const entry = this.#entries[this.#head]!;
     this.#shift(entryBytes(entry));
+    this.#count(entry.containerId, -1);
     this.#countLoss(entry);
+  }
+
+  #count(containerId: string, delta: number): void {
+    const next = (this.#waiting.get(containerId) ?? 0) + delta;
+    if (next > 0) this.#waiting.set(containerId, next);
+    else this.#waiting.delete(containerId);
   }
 
   #shift(size: number): void {

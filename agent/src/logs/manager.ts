@@ -8,8 +8,8 @@ import { followContainer, type StreamCursor } from './follower.ts';
 
 /**
  * Keeps one follower per running Anvil container. Followers end on their own when a container
- * stops; the next sync after it starts again resumes from the last line read, so nothing is read
- * twice or skipped.
+ * stops (the buffer then announces the container's end after its last line); the next sync after it
+ * starts again resumes from the last line read, so nothing is read twice or skipped.
  */
 export class LogManager {
   readonly #followers = new Map<string, AbortController>();
@@ -53,6 +53,7 @@ export class LogManager {
           this.options.buffer.push(entry);
         },
       })
+        .then(() => this.#ended(containerId, workloadId, abort.signal))
         .catch((err: unknown) => {
           this.options.logger.warn({ containerId, err: errorMessage(err) }, 'log follower stopped');
         })
@@ -60,6 +61,18 @@ export class LogManager {
           if (this.#followers.get(containerId) === abort) this.#followers.delete(containerId);
         });
     }
+  }
+
+  /**
+   * A follower that ended on its own read the container's logs to the end if the container has stopped
+   * (or is gone): its last lines are in the buffer, and the buffer announces the end once they are sent.
+   * A stream Docker ended while the container still runs is followed again at the next sync instead.
+   */
+  async #ended(containerId: string, workloadId: string, signal: AbortSignal): Promise<void> {
+    if (signal.aborted) return;
+    const details = await this.options.runtime.inspect(containerId);
+    if (details?.State?.Running) return;
+    this.options.buffer.end(workloadId, containerId);
   }
 
   /** Forget read positions of containers that no longer exist. */

@@ -388,7 +388,11 @@ export class AgentConnection {
       }
       case 'log_batch':
         await this.#placed.ready;
-        this.ctx.telemetry.ingestLogs(hostId, this.#ownOnly(message.entries, 'log_batch'));
+        this.ctx.telemetry.ingestLogs(
+          hostId,
+          this.#ownOnly(message.entries, 'log_batch'),
+          this.#ownOnly(message.complete ?? [], 'log_batch'),
+        );
         return;
       case 'logs_dropped': {
         await this.#placed.ready;

@@ -1,4 +1,4 @@
-import type { LogEntry, LogLoss, MetricSample } from '@anvil/shared/protocol';
+import type { LogEntry, LogLoss, LogsComplete, MetricSample } from '@anvil/shared/protocol';
 import { cleanJson, cleanText } from '../agents/sanitize.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
@@ -56,6 +56,18 @@ interface LogRow {
   ts: string;
   at: string;
   line: string;
+}
+
+/**
+ * A container whose agent has sent all its lines (log_batch `complete`). It travels in the log writer's
+ * queue behind those lines and is stored in the statement that stores the last of them or a later one,
+ * so whoever reads the mark finds every line of that container already stored.
+ */
+interface LogEndRow {
+  end: true;
+  host_id: string;
+  workload_id: string;
+  container_id: string;
 }
 
 export interface TelemetryOptions {
@@ -242,7 +254,8 @@ function seriesQueryParams(query: SeriesQuery): unknown[] {
 export class TelemetryService {
   readonly retention: TelemetryRetention;
   readonly #metrics: BatchWriter<MetricRow>;
-  readonly #logs: BatchWriter<LogRow>;
+  readonly #logs: BatchWriter<LogRow | LogEndRow>;
+  readonly #logEndListeners = new Set<(workloadIds: string[]) => void>();
   readonly #maintenanceIntervalMs: number;
   #onError: (error: unknown, what: string) => void;
   #rolledUpTo: Date | null = null;
@@ -269,7 +282,7 @@ export class TelemetryService {
       onDropped: (n, reason) => counters.telemetryRowsDropped.inc({ table: 'metric_samples', reason }, n),
       onError: (error) => this.#onError(error, 'write metric samples'),
     });
-    this.#logs = new BatchWriter<LogRow>({
+    this.#logs = new BatchWriter<LogRow | LogEndRow>({
       ...common,
       write: (rows) => this.#writeLogs(rows),
       onDropped: (n, reason) => counters.telemetryRowsDropped.inc({ table: 'log_entries', reason }, n),
@@ -293,12 +306,29 @@ export class TelemetryService {
     return accepted;
   }
 
-  /** Queues a log_batch's lines; returns the number accepted. */
-  ingestLogs(hostId: string, entries: LogEntry[]): number {
+  /** Queues a log_batch's lines, then its containers' ends; returns the number of lines accepted. */
+  ingestLogs(hostId: string, entries: LogEntry[], complete: LogsComplete[] = []): number {
     const now = this.clock.now();
     const accepted = this.#logs.add(entries.map((entry) => logRow(hostId, entry, now)));
     this.counters.logLinesIngested.inc(accepted);
+    this.#logs.add(
+      complete.map((c) => ({
+        end: true as const,
+        host_id: hostId,
+        workload_id: c.workloadId,
+        container_id: cleanText(c.containerId, 128),
+      })),
+    );
     return accepted;
+  }
+
+  /**
+   * Be told when containers' ends (every line stored: workloads.logs_complete_container_id) are stored,
+   * with their workload ids; returns the unsubscribe.
+   */
+  onLogsComplete(listener: (workloadIds: string[]) => void): () => void {
+    this.#logEndListeners.add(listener);
+    return () => this.#logEndListeners.delete(listener);
   }
 
   /** Records what an agent had to drop (logs_dropped), so a reader sees the gap and its size. */
@@ -332,17 +362,29 @@ export class TelemetryService {
     );
   }
 
-  async #writeLogs(rows: LogRow[]): Promise<void> {
+  async #writeLogs(rows: (LogRow | LogEndRow)[]): Promise<void> {
+    const lines = rows.filter((r): r is LogRow => !('end' in r));
+    // The latest end per workload (one UPDATE row each); stored in the same statement as the lines.
+    const ends = [
+      ...new Map(rows.flatMap((r) => ('end' in r ? [[r.workload_id, r] as const] : []))).values(),
+    ];
     // WITH ORDINALITY + ORDER BY: sequence numbers follow the order the agent sent the lines in.
     await this.db.sql.query(
-      `INSERT INTO log_entries (host_id, workload_id, container_id, stream, ts, at, line, received_at)
-       SELECT x.host_id, x.workload_id, x.container_id, x.stream, x.ts, x.at, x.line, $2
-       FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
-              AS (host_id text, workload_id text, container_id text, stream text, ts text, at timestamptz, line text))
-            WITH ORDINALITY AS x(host_id, workload_id, container_id, stream, ts, at, line, n)
-       ORDER BY x.n`,
-      [JSON.stringify(rows), this.clock.now().toISOString()],
+      `WITH lines AS (
+         INSERT INTO log_entries (host_id, workload_id, container_id, stream, ts, at, line, received_at)
+         SELECT x.host_id, x.workload_id, x.container_id, x.stream, x.ts, x.at, x.line, $2
+         FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
+                AS (host_id text, workload_id text, container_id text, stream text, ts text, at timestamptz, line text))
+              WITH ORDINALITY AS x(host_id, workload_id, container_id, stream, ts, at, line, n)
+         ORDER BY x.n)
+       UPDATE workloads AS w SET logs_complete_container_id = e.container_id
+       FROM jsonb_to_recordset($3::jsonb) AS e(host_id text, workload_id text, container_id text)
+       WHERE w.id = e.workload_id AND w.host_id = e.host_id`,
+      [JSON.stringify(lines), this.clock.now().toISOString(), JSON.stringify(ends)],
     );
+    if (ends.length === 0) return;
+    const workloadIds = ends.map((e) => e.workload_id);
+    for (const listener of this.#logEndListeners) listener(workloadIds);
   }
 
   /** Writes everything queued (tests, shutdown). */

@@ -70,6 +70,10 @@ export function createTraining(deps: {
   const unsubscribe = deps.fleet.workloads.onContainerState(async ({ workloadId }) => {
     if (workloadId.startsWith('job_')) supervisor.kick();
   });
+  // A worker's last log lines stored: a preempted job waiting for its SIGTERM checkpoint goes on now.
+  const unsubscribeLogs = deps.fleet.telemetry.onLogsComplete((workloadIds) => {
+    if (workloadIds.some((id) => id.startsWith('job_'))) supervisor.kick();
+  });
   return {
     service,
     tuning,
@@ -84,6 +88,7 @@ export function createTraining(deps: {
     },
     async stop() {
       unsubscribe();
+      unsubscribeLogs();
       await supervisor.stop();
     },
   };

@@ -27,8 +27,11 @@ function startedAtOf(rows: Map<string, Workload>, workers: PlacedWorker[]): Date
   return at && !Number.isNaN(at.getTime()) ? at : null;
 }
 
-/** How long after a preempted rank 0 exited its last log lines (the SIGTERM checkpoint) are waited for. */
-const REPORT_SETTLE_MS = 5_000;
+/**
+ * The longest a preempted job waits, after its rank 0 exited, for its agent to say that container's logs
+ * are all in (the checkpoint written on SIGTERM): an agent that restarted or predates the mark never says.
+ */
+export const FINAL_REPORTS_WAIT_MS = 30_000;
 
 function finishedAtOf(rows: Map<string, Workload>, workers: PlacedWorker[]): Date | null {
   const rank0 = workers.find((w) => w.rank === 0);
@@ -268,15 +271,44 @@ export class TrainingSupervisor {
         );
       case 'stopped':
         if (preemptedBy(job)) {
-          // The checkpoint the trainer reported just before it exited may still be on its way in the
-          // log stream: the requeue waits a few seconds after rank 0's exit for it (this pass drained).
-          const finished = finishedAtOf(byId, workers);
-          if (finished && now.getTime() - finished.getTime() < REPORT_SETTLE_MS && now.getTime() < deadline)
-            return;
+          // It resumes from the checkpoint it wrote on SIGTERM only if that report is read first.
+          if (!(await this.finalReportsIn(job, workers, byId, states, now))) return;
           return this.requeue(job, workers, now);
         }
         return this.finish(job, 'stopped', result.reason, null, workers, now, startedAtOf(byId, workers));
     }
+  }
+
+  /**
+   * Whether rank 0's last reports are read: its container exited and its agent said that container's
+   * logs are all stored (then read now: they may have landed after this pass's drain), or it ended in a
+   * way that leaves nothing more to come (never started, gone, host unreachable). Without the agent's
+   * word, FINAL_REPORTS_WAIT_MS after the exit the job goes on with what was read, and says so.
+   */
+  private async finalReportsIn(
+    job: TrainingJob,
+    workers: PlacedWorker[],
+    rows: Map<string, Workload>,
+    states: readonly { rank: number; state: WorkerState }[],
+    now: Date,
+  ): Promise<boolean> {
+    if (states.find((s) => s.rank === 0)?.state.kind !== 'exited') return true;
+    const row = rows.get(workers.find((w) => w.rank === 0)?.workloadId ?? '');
+    const containerId = (row?.actualStatus as Partial<WorkloadStatus> | null)?.containerId ?? null;
+    const complete = containerId !== null && row?.logsCompleteContainerId === containerId;
+    if (!complete) {
+      const exited = finishedAtOf(rows, workers) ?? new Date((job.stopRequest as { at: string }).at);
+      const waited = now.getTime() - exited.getTime();
+      if (waited < FINAL_REPORTS_WAIT_MS) return false;
+      this.d
+        .logger()
+        .warn(
+          { jobId: job.id, containerId, waitedMs: waited },
+          "rank 0's agent did not confirm its final log lines: requeued with the reports read so far",
+        );
+    }
+    await this.d.reports.drain(job.id);
+    return true;
   }
 
   /** The job's final state and its billing session closed in one transaction, then its workers released. */

@@ -22,3 +22,13 @@ export const LogLoss = Type.Object({
   lastTs: Nullable(Type.String()),
 });
 export type LogLoss = Static<typeof LogLoss>;
+
+/**
+ * A container whose logs the agent has sent in full: its follower ended after the container stopped and
+ * every line it read went out in this log_batch or an earlier one on the same connection.
+ */
+export const LogsComplete = Type.Object({
+  workloadId: WorkloadId,
+  containerId: Type.String(),
+});
+export type LogsComplete = Static<typeof LogsComplete>;

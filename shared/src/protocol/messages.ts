@@ -2,7 +2,7 @@ import { type Static, type TProperties, type TSchema, Type } from '@sinclair/typ
 import { EpochMs, Nullable, WorkloadId } from './common.ts';
 import { VolumePath } from './files.ts';
 import { Inventory } from './inventory.ts';
-import { LogEntry, LogLoss } from './logs.ts';
+import { LogEntry, LogLoss, LogsComplete } from './logs.ts';
 import { MetricSample } from './metrics.ts';
 import { TunnelId, TunnelTarget, TunnelToken } from './tunnel.ts';
 import { WorkloadSpec, WorkloadStatus } from './workload.ts';
@@ -101,7 +101,11 @@ export const ContainerState = envelope('container_state', {
   at: EpochMs,
 });
 
-export const LogBatch = envelope('log_batch', { entries: Type.Array(LogEntry) });
+export const LogBatch = envelope('log_batch', {
+  entries: Type.Array(LogEntry),
+  /** Containers whose last line is in this batch or an earlier one (optional: older agents send none). */
+  complete: Type.Optional(Type.Array(LogsComplete)),
+});
 
 /** Lines the agent had to drop because its bounded buffer was full while it could not send. */
 export const LogsDropped = envelope('logs_dropped', { losses: Type.Array(LogLoss) });
