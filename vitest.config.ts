@@ -1,23 +1,13 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { defineConfig } from 'vitest/config';
+import { testTiers } from './test/tiers.ts';
 
-// Unit tests sit beside the code; tests spanning packages live in test/.
-// When ANVIL_TEST_POSTGRES_URL is set (CI does), every database-backed test also runs on PostgreSQL.
+// Three tiers (test/tiers.ts says which file goes where): unit (no database, Docker or browser), database
+// and end-to-end. `npm run test:unit` is the fast loop; `npm test` (and CI) runs them all. When
+// ANVIL_TEST_POSTGRES_URL is set (CI does), the control plane's database tests and every
+// test/**/*.db.test.ts also run on PostgreSQL.
 const postgresUrl = process.env['ANVIL_TEST_POSTGRES_URL'];
-
-/**
- * The control plane's test files that open a database (through the test app, a test database or a
- * PostgreSQL URL): only these run again on PostgreSQL; the rest would repeat the same work.
- */
-function databaseTests(): string[] {
-  const uses =
-    /createTestApp|createTestDatabase|createPostgresDatabase|openPostgres|testDatabaseKind|ANVIL_TEST_DB/;
-  return readdirSync('control-plane/src', { recursive: true, encoding: 'utf8' })
-    .filter((file) => file.endsWith('.test.ts'))
-    .map((file) => `control-plane/src/${file}`)
-    .filter((file) => uses.test(readFileSync(file, 'utf8')))
-    .sort();
-}
+const tiers = testTiers();
 
 const shared = {
   testTimeout: 60_000,
@@ -28,12 +18,16 @@ const shared = {
   // file. Tests hold no state in modules they do not reset: each app and database is made and closed by
   // its file. The PGlite project took ~1,000 s isolated and 454 s so.
   isolate: false,
+  env: { ANVIL_TEST_DB: 'pglite' },
 };
 
-// Test files run one at a time by default (vitest's default on two cores): in parallel, the fleet fault
-// tests (private dockerd restarts) time out on a two-core machine. ANVIL_TEST_WORKERS=<n> runs n at once
-// where there are cores to spare.
+// Database and end-to-end files run one at a time by default (vitest's default on two cores): in
+// parallel, the fleet fault tests (private dockerd restarts) time out on a two-core machine.
+// ANVIL_TEST_WORKERS=<n> runs n at once where there are cores to spare. Unit tests wait on child
+// processes and timers more than they compute, so they run two at a time even on two cores, in a group
+// of their own before the rest (vitest runs projects of different worker counts in separate groups).
 const workers = process.env['ANVIL_TEST_WORKERS'] ? Number(process.env['ANVIL_TEST_WORKERS']) : undefined;
+const unitWorkers = Math.max(2, workers ?? availableParallelism() - 1);
 
 export default defineConfig({
   test: {
@@ -42,25 +36,23 @@ export default defineConfig({
       {
         test: {
           ...shared,
-          name: 'pglite',
-          include: [
-            'shared/src/**/*.test.ts',
-            'control-plane/src/**/*.test.ts',
-            'agent/src/**/*.test.ts',
-            'cli/src/**/*.test.ts',
-            'test/**/*.test.ts',
-          ],
-          env: { ANVIL_TEST_DB: 'pglite' },
+          name: 'unit',
+          include: tiers.unit,
+          maxWorkers: unitWorkers,
+          sequence: { groupOrder: 0 },
         },
       },
+      { test: { ...shared, name: 'database', include: tiers.database, sequence: { groupOrder: 1 } } },
+      { test: { ...shared, name: 'e2e', include: tiers.e2e, sequence: { groupOrder: 1 } } },
       ...(postgresUrl
         ? [
             {
               test: {
                 ...shared,
                 name: 'postgres',
-                include: [...databaseTests(), 'test/**/*.db.test.ts'],
+                include: [...tiers.postgres, 'test/**/*.db.test.ts'],
                 env: { ANVIL_TEST_DB: 'postgres' },
+                sequence: { groupOrder: 1 },
               },
             },
           ]

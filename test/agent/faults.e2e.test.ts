@@ -2,12 +2,12 @@ import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AgentOptions } from '../../agent/src/agent.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
+import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 import { FakeControlPlane } from './fake-control-plane.ts';
 import { workloadSpec } from './fixtures.ts';
 import { type RunningAgent, startAgent } from './harness.ts';
 
-describe.skipIf(!dockerAvailable())('agent under faults', () => {
+describe.skipIf(!dockerOrFail('test/agent/faults.e2e.test.ts'))('agent under faults', () => {
   let docker: Dockerode;
   let cp: FakeControlPlane;
   const agents: RunningAgent[] = [];

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../fixtures/images/busybox.ts';
-import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
+import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 import { FakeControlPlane } from './fake-control-plane.ts';
 import { workloadSpec } from './fixtures.ts';
 import { tempDir } from './harness.ts';
@@ -36,7 +36,7 @@ function spawnAgent(args: string[], env: Record<string, string> = {}): Daemon {
   return { child, stdout: () => out, stderr: () => err, exited };
 }
 
-describe.skipIf(!dockerAvailable())('the agent daemon as a process', () => {
+describe.skipIf(!dockerOrFail('test/agent/main.test.ts'))('the agent daemon as a process', () => {
   let docker: Dockerode;
   let cp: FakeControlPlane;
   const hostIds: string[] = [];

@@ -9,7 +9,7 @@ import type { TestApp } from '../../control-plane/src/testing/app.ts';
 import { type ClusterFleet, startClusterFleet } from '../clusters/harness.ts';
 import { workerCommand } from '../endpoints/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
-import { dockerAvailable } from '../fixtures/images/docker.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
 import { freePort, type Keypair, keygen, runTool, waitFor } from '../ssh/fixtures.ts';
 import { builtCli, type CliRun, cliProcess } from './run-cli.ts';
 
@@ -23,7 +23,7 @@ const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex')
  * loopback, its SSH relay, and a real agent running containers in Docker (simulated 2xH100, the only fake).
  * One cluster and one endpoint worker, shared by the file.
  */
-describe.skipIf(!dockerAvailable())('anvil CLI end to end', () => {
+describe.skipIf(!dockerOrFail('test/cli/cli.e2e.test.ts'))('anvil CLI end to end', () => {
   let fleet: ClusterFleet;
   let t: TestApp;
   let dir: string;

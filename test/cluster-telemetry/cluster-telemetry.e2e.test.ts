@@ -6,7 +6,7 @@ import { createTestApp, type TestApp } from '../../control-plane/src/testing/ind
 import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
+import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 
 /**
  * Issue 4 points 5 and 6 end to end: a real control plane (HTTP over loopback), a real agent (simulated
@@ -14,7 +14,7 @@ import { dockerAvailable, removeTestContainers, testDocker } from '../fixtures/i
  * that prints lines on stdout and stderr; its logs (list, search, SSE stream, gzip download) and its
  * metrics (snapshot, history, statistics) are read back through the cluster telemetry routes.
  */
-describe.skipIf(!dockerAvailable())(
+describe.skipIf(!dockerOrFail('test/cluster-telemetry/cluster-telemetry.e2e.test.ts'))(
   'cluster metrics and logs through the API (real agent, real Docker)',
   () => {
     let docker: Dockerode;

@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { artifactFileName } from '../../control-plane/src/agent-artifacts/build.ts';
 import { tempDir } from '../agent/harness.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
 import { type AgentProcess, spawnAgent } from './agent-process.ts';
 import { FleetControlPlane } from './control-plane.ts';
-import { dockerOrFail } from './docker.ts';
 import { waitFor } from './wait.ts';
 
 const NEXT = '9.9.9-fleet';

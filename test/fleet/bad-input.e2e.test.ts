@@ -4,9 +4,9 @@ import { AGENT_CONNECT_PATH, CLOSE_CODES, createMessage, MAX_FRAME_BYTES } from 
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { WebSocket } from 'ws';
 import { sampleInventory } from '../agent/fixtures.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
 import { type AgentProcess, spawnAgent } from './agent-process.ts';
 import { FleetControlPlane } from './control-plane.ts';
-import { dockerOrFail } from './docker.ts';
 import { waitFor } from './wait.ts';
 
 interface Peer {

@@ -5,30 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Dockerode from 'dockerode';
-import { dockerAvailable, removeAccountNetworks } from '../fixtures/images/docker.ts';
+import { removeAccountNetworks } from '../fixtures/images/docker.ts';
 import { waitFor } from './wait.ts';
 
 const run = promisify(execFile);
-
-/**
- * Whether this file's Docker tests can run. Outside CI a machine without Docker skips them (and says
- * so); with ANVIL_REQUIRE_DOCKER=1 (CI) a missing engine fails the file instead of skipping silently.
- * `extraDaemons`: the test also starts its own dockerd instances (needs root and the dockerd binary).
- */
-export function dockerOrFail(what: string, options: { extraDaemons?: boolean } = {}): boolean {
-  const missing: string[] = [];
-  if (!dockerAvailable()) missing.push('no Docker engine answers (DOCKER_HOST or /var/run/docker.sock)');
-  if (options.extraDaemons) {
-    if (!['/usr/sbin/dockerd', '/usr/bin/dockerd'].some((p) => existsSync(p)))
-      missing.push('no dockerd binary');
-    if (process.getuid?.() !== 0) missing.push('extra dockerd instances need root');
-  }
-  if (missing.length === 0) return true;
-  const message = `${what}: ${missing.join('; ')}`;
-  if (process.env['ANVIL_REQUIRE_DOCKER'] === '1') throw new Error(`ANVIL_REQUIRE_DOCKER=1 but ${message}`);
-  process.stderr.write(`SKIPPED ${message}\n`);
-  return false;
-}
 
 /**
  * One extra Docker engine beside the system's, as a simulated host of its own: its own socket, data

@@ -1,10 +1,10 @@
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { testDocker } from '../fixtures/images/docker.ts';
+import { dockerOrFail, testDocker } from '../fixtures/images/docker.ts';
 import { type AgentProcess, anvilContainers, spawnAgent } from './agent-process.ts';
 import { FleetControlPlane } from './control-plane.ts';
-import { type Dockerd, dockerOrFail, startDockerd } from './docker.ts';
+import { type Dockerd, startDockerd } from './docker.ts';
 import { busyboxSpec, createWorkload, removeRunContainers, runLabel } from './fixtures.ts';
 import { waitFor } from './wait.ts';
 

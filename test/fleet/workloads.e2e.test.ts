@@ -1,10 +1,9 @@
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { testDocker } from '../fixtures/images/docker.ts';
+import { dockerOrFail, testDocker } from '../fixtures/images/docker.ts';
 import { type AgentProcess, anvilContainers, spawnAgent } from './agent-process.ts';
 import { FleetControlPlane } from './control-plane.ts';
-import { dockerOrFail } from './docker.ts';
 import { busyboxSpec, createWorkload, removeRunContainers, runLabel } from './fixtures.ts';
 import { TcpRelay } from './relay.ts';
 import { waitFor } from './wait.ts';

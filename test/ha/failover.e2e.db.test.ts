@@ -10,8 +10,9 @@ import { createPostgresDatabase, testDatabaseKind } from '../../control-plane/sr
 import { type HttpReceiver, startHttpReceiver } from '../../control-plane/src/testing/receivers.ts';
 import { workerCommand } from '../endpoints/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
 import { type AgentProcess, anvilContainers, spawnAgent } from '../fleet/agent-process.ts';
-import { type Dockerd, dockerOrFail, startDockerd } from '../fleet/docker.ts';
+import { type Dockerd, startDockerd } from '../fleet/docker.ts';
 import { step, waitFor } from '../fleet/wait.ts';
 import { clientOptions, type Keypair, keygen, runTool } from '../ssh/fixtures.ts';
 import { type BalancedControlPlanes, type Replica, startBalanced } from './balanced.ts';

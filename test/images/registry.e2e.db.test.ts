@@ -7,7 +7,7 @@ import { createLogger as controlPlaneLogger } from '../../control-plane/src/logg
 import { addAccount, call, type TestMember } from '../../control-plane/src/testing/accounts.ts';
 import { type ClusterFleet, startClusterFleet, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
-import { dockerAvailable } from '../fixtures/images/docker.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
 import { uniqueImage } from '../fixtures/images/unique.ts';
 import {
   type HeldRegistry,
@@ -25,7 +25,7 @@ import {
  * cluster in error with the registry's reason; the password appears in no log line and no API answer;
  * snapshots are usable only by their own account.
  */
-describe.skipIf(!dockerAvailable() || !existsSync(REGISTRY_BINARY))(
+describe.skipIf(!dockerOrFail('test/images/registry.e2e.db.test.ts') || !existsSync(REGISTRY_BINARY))(
   'images and registries, with a real registry',
   () => {
     const run = randomBytes(4).toString('hex');

@@ -13,7 +13,8 @@ import { Reconciler } from '../../agent/src/reconcile/reconciler.ts';
 import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { workloadSpec } from '../agent/fixtures.ts';
 import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../fixtures/images/busybox.ts';
-import { type Dockerd, dockerOrFail, startDockerd } from '../fleet/docker.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
+import { type Dockerd, startDockerd } from '../fleet/docker.ts';
 import { execIn, httpGetIn, type Listener, listen, ourRules } from './host-net.ts';
 
 const run = randomBytes(4).toString('hex');

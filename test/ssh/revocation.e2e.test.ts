@@ -14,7 +14,7 @@ import { addMember, type TestMember } from '../../control-plane/src/testing/acco
 import type { TestApp } from '../../control-plane/src/testing/index.ts';
 import { workloadSpecInput } from '../agent/fixtures.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
-import { dockerAvailable, TEST_LABEL, testDocker } from '../fixtures/images/docker.ts';
+import { dockerOrFail, TEST_LABEL, testDocker } from '../fixtures/images/docker.ts';
 import { clientOptions, type Keypair, keygen, type SshWorld, startSshWorld, waitFor } from './fixtures.ts';
 
 /** Generous bound for "within seconds": the machines running these tests are heavily loaded. */
@@ -58,7 +58,7 @@ interface OpenTerminal {
  * terminal and log stream end, all over the real paths (HTTPS proxy, OpenSSH client, WebSocket, SSE)
  * into a real container. Then the per-account limits on those sessions.
  */
-describe.skipIf(!dockerAvailable())(
+describe.skipIf(!dockerOrFail('test/ssh/revocation.e2e.test.ts'))(
   'access revocation ends open sessions; per-account session limits',
   () => {
     let docker: Dockerode;

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, type SFTPWrapper } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { dockerAvailable, testDocker } from '../fixtures/images/docker.ts';
+import { dockerOrFail, testDocker } from '../fixtures/images/docker.ts';
 import {
   clientOptions,
   insertCluster,
@@ -33,7 +33,7 @@ const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex')
  * served by the relay itself), SFTP overwrites, resumed transfers and writes at arbitrary offsets, and a
  * large download, all checked by checksums against what the container holds.
  */
-describe.skipIf(!dockerAvailable())('SSH relay file transfers', () => {
+describe.skipIf(!dockerOrFail('test/ssh/transfers.e2e.test.ts'))('SSH relay file transfers', () => {
   let world: SshWorld;
   let dir: string;
   let key: Keypair;

@@ -8,7 +8,7 @@ import { addAccount, call, type TestMember } from '../../control-plane/src/testi
 import type { TestApp } from '../../control-plane/src/testing/app.ts';
 import { startClusterFleet, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
-import { dockerAvailable } from '../fixtures/images/docker.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
 import { TRAINER_SCRIPT } from './trainer.ts';
 
 /** The recipe's entrypoint: checks what managed training promises it, then "trains" (exits 0). */
@@ -24,7 +24,7 @@ echo "trained $ANVIL_BASE_MODEL with $ANVIL_STRATEGY"
  * and entrypoint, a request no recipe runs is refused; a high-priority job preempts a low-priority one,
  * which resumes from its checkpoint afterwards.
  */
-describe.skipIf(!dockerAvailable())('managed training', () => {
+describe.skipIf(!dockerOrFail('test/training/managed.e2e.test.ts'))('managed training', () => {
   let datasetsDir: string;
   let fleet: Awaited<ReturnType<typeof startClusterFleet>>;
   let t: TestApp;

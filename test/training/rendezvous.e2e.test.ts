@@ -12,7 +12,8 @@ import type { PlacedWorker } from '../../control-plane/src/training/launcher.ts'
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { memoizedHost, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { type Dockerd, dockerOrFail, startDockerd } from '../fleet/docker.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
+import { type Dockerd, startDockerd } from '../fleet/docker.ts';
 import { execIn } from '../isolation/host-net.ts';
 
 /**

@@ -3,7 +3,7 @@ import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
-import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
+import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
 import { buildCreateOptions } from './container-config.ts';
 import { specHash } from './labels.ts';
 import { createContainerRuntime } from './runtime.ts';
@@ -40,7 +40,7 @@ describe('secret env and files', () => {
   });
 });
 
-describe.skipIf(!dockerAvailable())('secret files in a real container', () => {
+describe.skipIf(!dockerOrFail('agent/src/docker/secrets.test.ts'))('secret files in a real container', () => {
   const run = randomBytes(4).toString('hex');
   const hostId = `host_sec_${run}`;
   let docker: Dockerode;

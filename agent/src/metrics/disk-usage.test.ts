@@ -7,7 +7,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../../../test/fixtures/images/busybox.ts';
-import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
+import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
 import { systemClock } from '../clock.ts';
 import { volumeDir } from '../docker/container-config.ts';
 import { createContainerRuntime } from '../docker/runtime.ts';
@@ -34,6 +34,8 @@ describe('directoryBytes', () => {
   });
 });
 
+const withDocker = dockerOrFail('agent/src/metrics/disk-usage.test.ts');
+
 describe('storage quota detection', () => {
   const mounts = parseMounts(
     'overlay / overlay rw 0 0\n/dev/sdb1 /var/lib/docker xfs rw,relatime,prjquota 0 0\n/dev/sdc1 /data ext4 rw 0 0\n',
@@ -54,7 +56,7 @@ describe('storage quota detection', () => {
     expect(storageQuotaOf({ Driver: 'vfs' }, mounts).reason).toMatch(/storage driver vfs/);
   });
 
-  it.skipIf(!dockerAvailable())(
+  it.skipIf(!withDocker)(
     "says this machine's engine cannot bound writable layers (overlay2 on ext4)",
     async () => {
       const docker = testDocker();
@@ -68,7 +70,7 @@ describe('storage quota detection', () => {
   );
 });
 
-describe.skipIf(!dockerAvailable())('disk measure against the real Docker engine', () => {
+describe.skipIf(!withDocker)('disk measure against the real Docker engine', () => {
   const run = randomBytes(4).toString('hex');
   const hostId = `host_du_${run}`;
   let docker: Dockerode;

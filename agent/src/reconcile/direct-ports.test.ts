@@ -8,7 +8,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../../../test/fixtures/images/busybox.ts';
-import { dockerAvailable, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
+import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
 import { systemClock } from '../clock.ts';
 import { createContainerRuntime } from '../docker/runtime.ts';
 import { Reconciler } from './reconciler.ts';
@@ -24,7 +24,7 @@ function fetchRaw(port: number): Promise<string> {
   });
 }
 
-describe.skipIf(!dockerAvailable())(
+describe.skipIf(!dockerOrFail('agent/src/reconcile/direct-ports.test.ts'))(
   'direct ports (ANVIL_DIRECT_PORTS_ADDRESS) on the real Docker engine',
   () => {
     const run = randomBytes(4).toString('hex');

@@ -1,5 +1,9 @@
+import type { DeleteOptions, SnapshotRecord, StopOptions } from './operation-options.ts';
 import type { SnapshotCleanup } from './snapshots.ts';
 import type { StopNotifications, StopReport } from './stop-notifications.ts';
+
+// Re-exported: the routes, the service and the operation runner import them with the rest of the operation.
+export type { DeleteOptions, SnapshotRecord, StopOptions } from './operation-options.ts';
 
 /**
  * A stop or delete in progress, kept in clusters.operation (JSON) so that any replica, or this one
@@ -45,39 +49,6 @@ export const PHASE_STEPS: Record<Phase, string> = {
   cleaning_compute: 'Releasing the GPUs and host resources',
   updating_records: 'Marking the cluster deleted',
 };
-
-export interface StopOptions {
-  force: boolean;
-  grace_period_minutes: number;
-  save_state: boolean;
-  snapshot_name: string | null;
-  preserve_data: boolean;
-  wait_for_completion: boolean;
-  timeout_minutes: number;
-  stop_reason: string | null;
-  notify_users: string[];
-}
-
-export interface DeleteOptions {
-  force: boolean;
-  create_final_snapshot: boolean;
-  snapshot_name: string | null;
-  preserve_snapshots: boolean;
-  delete_snapshots: boolean;
-  finalize_billing: boolean;
-  cleanup_network_resources: boolean;
-  wait_for_completion: boolean;
-  timeout_minutes: number;
-  deletion_reason: string | null;
-}
-
-export interface SnapshotRecord {
-  enabled: boolean;
-  name: string | null;
-  snapshot_id: string | null;
-  size_bytes: number | null;
-  error: string | null;
-}
 
 export interface BillingCutoff {
   /** When billing stopped: the moment the stop or delete was accepted. */

@@ -1,4 +1,4 @@
-import type { DeleteOptions } from './operation.ts';
+import type { DeleteOptions } from './operation-options.ts';
 
 /**
  * Cluster snapshots are images on the cluster's host, made by `docker commit` of its container (stop with

@@ -4,7 +4,7 @@ import { preferencesOf } from '../accounts/profile.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
-import type { SnapshotRecord, StopOptions } from './operation.ts';
+import type { SnapshotRecord, StopOptions } from './operation-options.ts';
 
 /**
  * Notifications of a cluster stop: each member listed in the stop's notify_users gets an e-mail, and the

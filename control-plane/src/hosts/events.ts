@@ -1,4 +1,5 @@
-import type { GpuHealthChange } from './gpu-health.ts';
+import type { GpuHealthReason, GpuHealthState } from '@anvil/shared/protocol';
+import type { AuditActor } from '../accounts/audit.ts';
 
 /**
  * What the fleet's domain modules tell the agent gateway, without importing it: a workload change means
@@ -9,6 +10,19 @@ import type { GpuHealthChange } from './gpu-health.ts';
 export type FleetListener = (hostId: string) => Promise<void>;
 /** An agent was welcomed (and may now be sent commands), reporting `agentVersion`. */
 export type GreetedListener = (hostId: string, agentVersion: string | null) => Promise<void>;
+/** One change of a GPU's kept health: the agent reported a worse state, or an operator reset it. */
+export interface GpuHealthChange {
+  hostId: string;
+  gpuIndex: number;
+  gpuUuid: string;
+  /** null: the first health this GPU reported. */
+  from: GpuHealthState | null;
+  to: GpuHealthState;
+  reasons: GpuHealthReason[];
+  at: Date;
+  /** null: the agent's report; else the operator who reset it. */
+  by: AuditActor | null;
+}
 export type GpuHealthListener = (change: GpuHealthChange) => Promise<void>;
 
 export class FleetEvents {

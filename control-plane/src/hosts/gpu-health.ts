@@ -6,23 +6,9 @@ import type { Clock } from '../auth/clock.ts';
 import type { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { lockHost, refreshHost } from '../scheduler/capacity.ts';
-import type { FleetEvents } from './events.ts';
+import type { FleetEvents, GpuHealthChange } from './events.ts';
 
 const RANK: Record<GpuHealthState, number> = { healthy: 0, degraded: 1, failed: 2 };
-
-/** One change of a GPU's kept health: the agent reported a worse state, or an operator reset it. */
-export interface GpuHealthChange {
-  hostId: string;
-  gpuIndex: number;
-  gpuUuid: string;
-  /** null: the first health this GPU reported. */
-  from: GpuHealthState | null;
-  to: GpuHealthState;
-  reasons: GpuHealthReason[];
-  at: Date;
-  /** null: the agent's report; else the operator who reset it. */
-  by: AuditActor | null;
-}
 
 interface Row {
   gpu_index: number;

@@ -1,12 +1,7 @@
 import type { ExecSession, TunnelOpener } from '../tunnels/types.ts';
 import { ContainerShell } from './container-shell.ts';
+import type { ExecResult } from './exec-result.ts';
 import { SpareExec } from './spare-exec.ts';
-
-export interface ExecResult {
-  code: number | null;
-  stdout: Buffer;
-  stderr: string;
-}
 
 /**
  * Runs short commands in one container through the tunnels (each one a `docker exec` on its host):

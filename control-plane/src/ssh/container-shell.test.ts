@@ -1,9 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { PassThrough, Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
+import { waitFor } from '../testing/wait.ts';
 import type { ExecSession } from '../tunnels/types.ts';
-import type { ExecResult } from './container-exec.ts';
 import { ContainerShell, type ExecOpener } from './container-shell.ts';
+import type { ExecResult } from './exec-result.ts';
 import { SpareExec } from './spare-exec.ts';
 
 /**
@@ -157,7 +158,7 @@ describe('SpareExec', () => {
   it('hands out a process started ahead, and starts the next one', async () => {
     const execs = localExecs();
     const spares = new SpareExec(execs.open);
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor('the spare started', () => execs.started.length > 0, 10_000, 5);
     expect(execs.started).toHaveLength(1);
     const session = await spares.start('echo "ok $1"; exec cat', ['a\nb']);
     expect(execs.started).toHaveLength(2);
@@ -176,7 +177,7 @@ describe('SpareExec', () => {
   it('opens an exec of its own when the spare died or never started', async () => {
     const execs = localExecs();
     const spares = new SpareExec(execs.open);
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor('the spare started', () => execs.started.length > 0, 10_000, 5);
     execs.started[0]!.child.kill('SIGKILL');
     await exited(execs.started[0]!.child);
     const session = await spares.start('echo direct', []);
@@ -197,7 +198,7 @@ describe('SpareExec', () => {
     const execs = localExecs();
     const spares = new SpareExec(execs.open);
     spares.close();
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor('the spare started', () => execs.started.length > 0, 10_000, 5);
     await exited(execs.started[0]!.child);
     expect(execs.started[0]!.child.exitCode).toBe(0);
     const session = await spares.start('exit 3', []);

@@ -1,5 +1,5 @@
 import type { ExecSession } from '../tunnels/types.ts';
-import type { ExecResult } from './container-exec.ts';
+import type { ExecResult } from './exec-result.ts';
 import { encodeRequest, HELPER_SCRIPT, ReplyReader, type ShellReply } from './shell-protocol.ts';
 
 /** After its stdin ended, how long the helper may take to finish what it was asked before it is killed. */

@@ -32,12 +32,15 @@ describe('PassLoop', () => {
     const stopped = loop.stop();
     let done = false;
     void stopped.then(() => (done = true));
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    // The pass holds until released, so stop() cannot have resolved, however long this waited: one turn
+    // of the event loop lets any promise that could settle do so.
+    await new Promise((resolve) => setImmediate(resolve));
     expect(done).toBe(false);
     release();
     await stopped;
+    // A stopped loop schedules nothing when kicked (no timer: nothing to wait for).
     loop.kick();
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(loop.wakeAt).toBe(Number.POSITIVE_INFINITY);
     expect(kicksSeen).toHaveLength(2);
     expect(overlapped).toBe(false);
   });
