@@ -180,6 +180,8 @@ describe.skipIf(!dockerOrFail('agent/src/logs/follower.test.ts'))(
       expect(lines).toHaveLength(2);
       expect(new Set(lines).size).toBe(2);
       expect(lines.every((l) => l.startsWith('start '))).toBe(true);
+      // It stopped and its lines were taken: the buffer names it as read to the end.
+      expect(buffer.takeEnded()).toEqual([{ workloadId, containerId: id }]);
     });
   },
 );

@@ -43,7 +43,7 @@ describe('a preempted training job waits for its final reports before it is queu
         gpuCount: 2,
       },
     });
-  });
+  }, 300_000);
 
   afterAll(async () => {
     await t?.close();

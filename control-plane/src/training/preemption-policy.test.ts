@@ -79,7 +79,7 @@ describe('training preemption policy', () => {
       HOST,
     );
     expect(capacity.map((c) => c.free_indices)).toEqual([[]]);
-  });
+  }, 300_000);
 
   afterAll(async () => {
     await t?.close();
