@@ -8,6 +8,8 @@ declare module 'autocannon' {
     connections?: number;
     duration?: number;
     pipelining?: number;
+    /** Requests per second over all connections (a fixed offered rate instead of saturation). */
+    overallRate?: number;
     headers?: Record<string, string>;
     setupClient?: (client: Client) => void;
   }
@@ -24,6 +26,7 @@ declare module 'autocannon' {
   export interface Result {
     requests: Histogram & { total: number; sent: number };
     latency: Histogram;
+    throughput: Histogram & { total: number };
     errors: number;
     timeouts: number;
     non2xx: number;

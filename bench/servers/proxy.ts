@@ -1,7 +1,8 @@
 // The real control plane (startServer, embedded PGlite, LOG_LEVEL=warn) with its HTTPS port proxy, a
 // running cluster whose container (bench/fixtures/static-http: a keep-alive epoll server in C serving
 // /small.bin, 1 KiB, and /large.bin, 1 MiB, from memory, so the backend is not what limits either path)
-// is reached through the proxy with the owner's key. Prints BENCH_READY {proxy, direct, key, host, tunnels}
+// is reached through the proxy with the owner's key. Prints BENCH_READY {proxy, api, direct, key, host,
+// tunnels, agentPid}
 // (and the PEM files of its certificate) once it serves; answers 'cpu' over IPC with its CPU usage; removes the container on SIGTERM.
 // Tunnels (ANVIL_BENCH_PROXY_TUNNELS): `bridge` (default) is the named test double DockerBridgeTunnels
 // (net.connect to the container on the Docker bridge), which measures the proxy alone; `agent` is the
@@ -16,6 +17,7 @@ import { generateApiKey, newId } from '@anvil/shared';
 import Dockerode from 'dockerode';
 import { tlsDir } from '../../control-plane/src/proxy/tls.ts';
 import { workloadSpecInput } from '../../control-plane/src/testing/workload-spec.ts';
+import { TEST_HOST_IMAGES } from '../../test/fixtures/images/busybox.ts';
 import { removeTestContainers } from '../../test/fixtures/images/docker.ts';
 import { type AgentProcess, spawnAgent } from '../../test/fleet/agent-process.ts';
 import { DockerBridgeTunnels } from '../../test/proxy/docker-bridge-tunnels.ts';
@@ -61,7 +63,18 @@ let agent: AgentProcess | null = null;
 let hostId: string | null = null;
 if (tunnels === 'agent') {
   const { value } = await server.context.fleet.joinTokens.create({ userId: owner.id, keyId: null }, {});
-  agent = await spawnAgent({ controlPlaneUrl: server.url, joinToken: value });
+  // ANVIL_BENCH_PROXY_PROFILE=<dir>: the agent writes its V8 CPU profile there too when it exits.
+  const profile = process.env['ANVIL_BENCH_PROXY_PROFILE'];
+  agent = await spawnAgent({
+    controlPlaneUrl: server.url,
+    joinToken: value,
+    env: {
+      ANVIL_LOG_LEVEL: 'warn',
+      // The static-http image is the bench's own (the agent runs only images its operator allows).
+      ANVIL_HOST_IMAGES: [...TEST_HOST_IMAGES, 'anvil-bench/*'].join(','),
+    },
+    nodeFlags: profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
+  });
   const registered = await agent.hostId();
   hostId = registered;
   await until('the agent to connect', async () => server.context.fleet.agents.isConnectedHere(registered));
@@ -97,6 +110,9 @@ if (hostId) {
   ip = await until('the workload to run', async () => {
     const view = await server.context.fleet.workloads.get(clusterId);
     return view.phase === 'running' && view.actualStatus?.ipAddress;
+  }).catch(async (error: Error) => {
+    const view = await server.context.fleet.workloads.get(clusterId).catch(() => null);
+    throw new Error(`${error.message}: ${JSON.stringify(view)}\n${agent?.summary(30)}`);
   });
 } else {
   const container = await docker.createContainer({
@@ -125,6 +141,8 @@ const host = `${clusterId.replace('_', '-')}-${STATIC_HTTP_PORT}.${config.proxyD
 process.stdout.write(
   `BENCH_READY ${JSON.stringify({
     proxy: `https://127.0.0.1:${server.context.proxy.port}`,
+    api: server.url,
+    agentPid: agent?.child.pid ?? null,
     host,
     direct,
     key,

@@ -32,6 +32,8 @@ export async function spawnAgent(options: {
   stateDir?: string;
   dockerHost?: string;
   env?: Record<string, string>;
+  /** Node options before the script (e.g. --cpu-prof, which NODE_OPTIONS does not take). */
+  nodeFlags?: string[];
 }): Promise<AgentProcess> {
   const stateDir = options.stateDir ?? (await tempDir('anvil-fleet-agent-'));
   const env: Record<string, string> = {
@@ -46,7 +48,8 @@ export async function spawnAgent(options: {
     ...(options.dockerHost ? { DOCKER_HOST: options.dockerHost } : {}),
     ...options.env,
   };
-  const child = spawn(process.execPath, ['--import', 'tsx', 'agent/src/main.ts'], {
+  const argv = [...(options.nodeFlags ?? []), '--import', 'tsx', 'agent/src/main.ts'];
+  const child = spawn(process.execPath, argv, {
     cwd: REPO_ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],

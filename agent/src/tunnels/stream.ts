@@ -6,7 +6,9 @@ import { TunnelEnd } from './join.ts';
 /** Connects to the container's port; rejects with the socket error (ECONNREFUSED...) or on time-out. */
 export function connectTcp(host: string, port: number, timeoutMs: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
-    const socket = connect({ host, port, allowHalfOpen: true });
+    // No Nagle delay: a small write (a request, the end of a response) leaves at once, as through nginx
+    // (tcp_nodelay); the tunnel socket already sets it.
+    const socket = connect({ host, port, allowHalfOpen: true, noDelay: true });
     const timer = setTimeout(() => {
       socket.destroy();
       reject(new Error(`connect ${host}:${port}: no answer within ${timeoutMs} ms`));

@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, request, type Server, type ServerRe
 import type { AddressInfo } from 'node:net';
 import { Pool } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CLIENT_CLOSED, ResponseRelay } from './relay.ts';
+import { CLIENT_CLOSED, RELAY_WINDOW_BYTES, ResponseRelay } from './relay.ts';
 
 /** Real servers over loopback: a container stand-in behind a front server relaying with ResponseRelay. */
 async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<Server> {
@@ -39,26 +39,32 @@ describe('ResponseRelay', () => {
     const pool = new Pool(`http://127.0.0.1:${portOf(upstream)}`);
     pools.push(pool);
     const settled: { error: Error | null; status: number }[] = [];
+    /** The response's unsent bytes each time the relay stopped reading the container. */
+    const pausedAt: number[] = [];
     const server = await listen((req, res) => {
-      pool.dispatch(
-        { path: req.url ?? '/', method: 'GET', headers: {} },
-        new ResponseRelay(
-          res,
-          (raw) => {
-            const headers: Record<string, string> = { 'x-relayed': 'yes' };
-            for (let i = 0; i < raw.length; i += 2)
-              headers[raw[i]!.toString('latin1').toLowerCase()] = raw[i + 1]!.toString('latin1');
-            return headers;
-          },
-          (error, status) => {
-            settled.push({ error, status });
-            if (error) res.destroy();
-          },
-        ),
+      const relay = new ResponseRelay(
+        res,
+        (raw) => {
+          const headers: Record<string, string> = { 'x-relayed': 'yes' };
+          for (let i = 0; i < raw.length; i += 2)
+            headers[raw[i]!.toString('latin1').toLowerCase()] = raw[i + 1]!.toString('latin1');
+          return headers;
+        },
+        (error, status) => {
+          settled.push({ error, status });
+          if (error) res.destroy();
+        },
       );
+      const onData = relay.onData.bind(relay);
+      relay.onData = (chunk) => {
+        const more = onData(chunk);
+        if (!more) pausedAt.push(res.writableLength);
+        return more;
+      };
+      pool.dispatch({ path: req.url ?? '/', method: 'GET', headers: {} }, relay);
     });
     servers.push(server);
-    return { port: portOf(server), settled };
+    return { port: portOf(server), settled, pausedAt };
   }
 
   it('relays status, headers and a large body, then reports success once', async () => {
@@ -76,6 +82,37 @@ describe('ResponseRelay', () => {
     expect(Buffer.from(await response.arrayBuffer()).equals(body)).toBe(true);
     await until(() => settled.length > 0);
     expect(settled).toEqual([{ error: null, status: 201 }]);
+  });
+
+  it('lets a window of the body wait for a client that does not read, never more, then delivers it whole', async () => {
+    // 32 MiB: more than the kernel buffers between the front server and the stalled client hold.
+    const body = Buffer.alloc(32 * 1024 * 1024, 'y');
+    const upstream = await listen((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      res.end(body);
+    });
+    servers.push(upstream);
+    const { port, settled, pausedAt } = await front(upstream);
+    const client = request({ port, host: '127.0.0.1', path: '/large' });
+    client.end();
+    const [response] = (await once(client, 'response')) as [IncomingMessage];
+    response.pause();
+    await until(() => pausedAt.length > 0);
+    // More than the socket's high-water mark and one read (what write()'s verdict allowed), never past
+    // the window plus one read.
+    expect(pausedAt[0]).toBeGreaterThan(128 * 1024);
+    let received = 0;
+    let intact = true;
+    response.on('data', (chunk: Buffer) => {
+      received += chunk.length;
+      if (intact && chunk.some((byte) => byte !== 0x79)) intact = false;
+    });
+    response.resume();
+    await once(response, 'end');
+    expect({ received, intact }).toEqual({ received: body.length, intact: true });
+    expect(Math.max(...pausedAt)).toBeLessThanOrEqual(RELAY_WINDOW_BYTES + 64 * 1024);
+    await until(() => settled.length > 0);
+    expect(settled).toEqual([{ error: null, status: 200 }]);
   });
 
   it('aborts the container request when the client leaves mid-body, reporting the status relayed', async () => {

@@ -8,8 +8,17 @@ import type { Dispatcher } from 'undici';
 export const CLIENT_CLOSED = 499;
 
 /**
- * Relays one container response into the client's ServerResponse, with backpressure both ways (a full
- * client socket pauses the tunnel; its drain resumes it), and aborts the container request when the
+ * Bytes of a container's response that may wait for a slow client before the container's connection is
+ * no longer read. The TLS socket's high-water mark (16 KiB) is below one 64 KiB read from the tunnel, so
+ * honouring write()'s verdict paused and resumed the tunnel on nearly every chunk of a large body; this
+ * window of a few reads keeps the client's socket fed, and the bound per response stays fixed (this plus
+ * one read), as nginx's proxy buffers do.
+ */
+export const RELAY_WINDOW_BYTES = 256 * 1024;
+
+/**
+ * Relays one container response into the client's ServerResponse, with backpressure both ways (a client
+ * socket holding RELAY_WINDOW_BYTES unsent pauses the tunnel; its drain resumes it), and aborts the container request when the
  * client goes away first. undici's own handler interface, the one its HTTP/1.1 client calls directly,
  * rather than its `stream()` API: that adds per request an async resource, a promise, the listeners of
  * `stream.finished()` and a header object built only to be copied again.
@@ -52,7 +61,10 @@ export class ResponseRelay implements Dispatcher.DispatchHandler {
   }
 
   onData(chunk: Buffer): boolean {
-    return this.settled ? true : this.res.write(chunk);
+    if (this.settled) return true;
+    // Past the high-water mark write() flags the response for 'drain', which resumes the container.
+    this.res.write(chunk);
+    return this.res.writableLength < RELAY_WINDOW_BYTES;
   }
 
   onComplete(): void {
