@@ -48,8 +48,8 @@ function freePort(): Promise<number> {
   });
 }
 
-/** Waits until the server at `url` answers anything over HTTP. */
-async function listening(url: string, child: ChildProcess, timeoutMs = 120_000): Promise<void> {
+/** Waits until the server at `url` answers anything over HTTP (start-up takes minutes on a saturated machine). */
+async function listening(url: string, child: ChildProcess, timeoutMs = 600_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`${url}: the server exited with ${child.exitCode}`);
