@@ -48,8 +48,8 @@ function freePort(): Promise<number> {
   });
 }
 
-/** Waits until the server at `url` answers anything over HTTP. */
-async function listening(url: string, child: ChildProcess, timeoutMs = 120_000): Promise<void> {
+/** Waits until the server at `url` answers anything over HTTP (start-up takes minutes on a saturated machine). */
+async function listening(url: string, child: ChildProcess, timeoutMs = 600_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`${url}: the server exited with ${child.exitCode}`);
@@ -83,6 +83,9 @@ export async function runIdleBench(
   );
   const dataDir = await mkdtemp(join(tmpdir(), 'anvil-bench-idle-'));
   const port = await freePort();
+  // Its HTTPS proxy and SSH relay listen too (as in production), on free ports rather than 8443 and 2222,
+  // which another control plane on the machine may hold.
+  const [proxyPort, sshPort] = [await freePort(), await freePort()];
   const controlPlane = spawn(
     process.execPath,
     ['--import', 'tsx', join(ROOT, 'control-plane', 'src', 'main.ts')],
@@ -92,6 +95,8 @@ export async function runIdleBench(
       env: {
         ...process.env,
         PORT: String(port),
+        ANVIL_PROXY_PORT: String(proxyPort),
+        ANVIL_SSH_PORT: String(sshPort),
         ANVIL_DATA_DIR: dataDir,
         ANVIL_LOCAL_AGENT: '0',
         LOG_LEVEL: 'warn',

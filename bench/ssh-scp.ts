@@ -7,8 +7,12 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import type { AddressInfo } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type Dockerode from 'dockerode';
 import ssh2 from 'ssh2';
-import { testDocker } from '../test/fixtures/images/docker.ts';
+import { createTestApp, type TestApp } from '../control-plane/src/testing/index.ts';
+import { ensureBusyboxImage } from '../test/fixtures/images/busybox.ts';
+import { removeTestContainers, testDocker } from '../test/fixtures/images/docker.ts';
+import { spawnAgent } from '../test/fleet/agent-process.ts';
 import {
   clientOptions,
   freePort,
@@ -24,6 +28,13 @@ const SSHD = '/usr/sbin/sshd';
 const SIZE_MB = Number(process.env['ANVIL_BENCH_SCP_MB'] ?? 64);
 const RUNS = Number(process.env['ANVIL_BENCH_SCP_RUNS'] ?? 3);
 /**
+ * Where the agent runs: `process` (default) in a Node process of its own, as in production, where it runs
+ * on the GPU host and the control plane's event loop carries only the relay's work; `in-process` in this
+ * process beside the relay (the test fixture's layout, as the figures before December 2026 were taken),
+ * where one event loop does the relay's and the agent's work for every byte.
+ */
+const AGENT_LAYOUT = process.env['ANVIL_BENCH_SCP_AGENT'] === 'in-process' ? 'in-process' : 'process';
+/**
  * Which transfers to measure (all by default): upload, download, upload-O, download-O, small (a
  * one-byte download: the fixed cost of a session, in ms), and transport (`ssh host cat` of the file
  * from sshd against an ssh2 server sending the same bytes from memory: the most any ssh2-based relay
@@ -34,6 +45,48 @@ const PARTS = new Set(
     .split(',')
     .map((p) => p.trim()),
 );
+
+interface World {
+  t: TestApp;
+  hostId: string;
+  /** The relay's port. */
+  port: number;
+  close(): Promise<void>;
+}
+
+/** The control plane and relay in this process, the real agent in a process of its own (`npm run agent`). */
+async function startWorldWithAgentProcess(docker: Dockerode, dataDir: string): Promise<World> {
+  await ensureBusyboxImage(docker);
+  const t = await createTestApp({
+    env: {
+      ANVIL_DATA_DIR: dataDir,
+      ANVIL_SSH_HOST: 'ssh.example.test',
+      ANVIL_HEARTBEAT_SECONDS: '5',
+      ANVIL_HOST_GRACE_SECONDS: '120',
+    },
+  });
+  const url = await t.app.listen({ host: '127.0.0.1', port: 0 });
+  const { value } = await t.context.fleet.joinTokens.create({ userId: t.userId, keyId: null }, {});
+  // Host metrics once an hour: its sampler's spawns would compete with the transfer for the CPU.
+  const agent = await spawnAgent({
+    controlPlaneUrl: url,
+    joinToken: value,
+    env: { ANVIL_METRICS_SECONDS: '3600', ANVIL_LOG_LEVEL: 'warn' },
+  });
+  const hostId = await agent.hostId();
+  await waitFor('agent connected', async () => t.context.fleet.agents.isConnectedHere(hostId), 180_000);
+  const port = (await t.context.ssh.listen(0, '127.0.0.1')).port;
+  return {
+    t,
+    hostId,
+    port,
+    async close() {
+      await agent.kill();
+      await t.close();
+      await removeTestContainers(docker, `anvil.host=${hostId}`);
+    },
+  };
+}
 
 async function timed(args: string[], tool = 'scp'): Promise<number> {
   const started = process.hrtime.bigint();
@@ -106,10 +159,13 @@ export async function runSshScpBench(): Promise<void> {
   }
   const dir = mkdtempSync(join(tmpdir(), 'anvil-bench-scp-'));
   const docker = testDocker();
-  // The agent runs in this process (it runs on the GPU host in production): its host metrics sampler
-  // spawns processes synchronously (systeminformation), which stalls this event loop — the relay's —
-  // for the length of each spawn. Sampling once an hour keeps that out of the transfer figures.
-  const world = await startSshWorld(docker, join(dir, 'data'), { ANVIL_METRICS_SECONDS: '3600' });
+  // In process, the agent's host metrics sampler spawns processes synchronously (systeminformation),
+  // which stalls this event loop — the relay's — for the length of each spawn. Sampling once an hour
+  // keeps that out of the transfer figures.
+  const world: World =
+    AGENT_LAYOUT === 'process'
+      ? await startWorldWithAgentProcess(docker, join(dir, 'data'))
+      : await startSshWorld(docker, join(dir, 'data'), { ANVIL_METRICS_SECONDS: '3600' });
   const sshd = { child: null as ReturnType<typeof spawn> | null };
   try {
     const key = keygen(dir, 'bench');
@@ -223,7 +279,7 @@ export async function runSshScpBench(): Promise<void> {
         ? `  ${what.padEnd(13)} relay ${relay.toFixed(1).padStart(7)} MB/s   sshd ${direct.toFixed(1).padStart(7)} MB/s   ratio ${(relay / direct).toFixed(2)}\n`
         : '';
     process.stdout.write(
-      `ssh-scp: ${SIZE_MB} MB file, best of ${RUNS} (interleaved), scp through the relay vs OpenSSH sshd (load average ${loadavg()
+      `ssh-scp: ${SIZE_MB} MB file, best of ${RUNS} (interleaved), scp through the relay (agent ${AGENT_LAYOUT === 'process' ? 'in its own process' : "in the relay's process"}) vs OpenSSH sshd (load average ${loadavg()
         .map((l) => l.toFixed(2))
         .join(' ')})\n`,
     );

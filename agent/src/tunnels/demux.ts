@@ -1,16 +1,27 @@
+export type DockerStream = 'stdout' | 'stderr';
+
 /**
  * Docker's multiplexed attach stream (exec and attach without a TTY): frames of an 8-byte header
  * (stream type: 1 stdout, 2 stderr; three zero bytes; big-endian uint32 length), then the payload.
- * Bytes in, (stream, payload) out, across any chunk boundaries.
+ * Bytes in, (stream, payloads) out, across any chunk boundaries. Docker frames its output in pieces of
+ * at most 32 KiB, so a socket read holds several: the frames of one stream that follow each other in a
+ * chunk come out together, as one run (the tunnel sends a run as one frame, not one per Docker frame).
  */
 export class DockerDemuxer {
   /** Chunks holding an incomplete frame, joined once when it completes (not on every chunk). */
   #pending: Buffer[] = [];
   #pendingLength = 0;
+  /** The run being gathered from the current chunk. */
+  #run: { stream: DockerStream; payloads: Buffer[] } | null = null;
 
-  constructor(private readonly emit: (stream: 'stdout' | 'stderr', payload: Buffer) => void) {}
+  constructor(private readonly emit: (stream: DockerStream, payloads: Buffer[]) => void) {}
 
   push(chunk: Buffer): void {
+    this.#split(chunk);
+    this.#endRun();
+  }
+
+  #split(chunk: Buffer): void {
     let buffer = chunk;
     if (this.#pendingLength > 0) {
       this.#pending.push(chunk);
@@ -38,11 +49,23 @@ export class DockerDemuxer {
     }
   }
 
-  /** One whole frame, header included. */
+  /** One whole frame, header included: added to the run of its stream, or ending the other's. */
   #emitFrame(frame: Buffer): void {
     const payload = frame.subarray(8);
+    if (payload.length === 0) return;
     // Type 0 (stdin) is never sent by Docker; treat it, and 1, as stdout rather than drop bytes.
-    if (payload.length > 0) this.emit(frame[0] === 2 ? 'stderr' : 'stdout', payload);
+    const stream = frame[0] === 2 ? 'stderr' : 'stdout';
+    if (this.#run?.stream !== stream) {
+      this.#endRun();
+      this.#run = { stream, payloads: [] };
+    }
+    this.#run.payloads.push(payload);
+  }
+
+  #endRun(): void {
+    const run = this.#run;
+    this.#run = null;
+    if (run) this.emit(run.stream, run.payloads);
   }
 
   /** The length of the first frame (its header included) once the pending chunks hold all of it. */

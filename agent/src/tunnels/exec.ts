@@ -116,8 +116,8 @@ export function joinExec(
     const flow = { pause: () => stream.pause(), resume: () => stream.resume() };
     const demux = target.tty
       ? null
-      : new DockerDemuxer((which, payload) =>
-          end.data(which === 'stderr' ? TUNNEL_CHANNEL.stderr : TUNNEL_CHANNEL.stdout, payload, flow),
+      : new DockerDemuxer((which, payloads) =>
+          end.data(which === 'stderr' ? TUNNEL_CHANNEL.stderr : TUNNEL_CHANNEL.stdout, payloads, flow),
         );
     stream.on('data', (chunk: Buffer) => {
       if (demux) demux.push(chunk);

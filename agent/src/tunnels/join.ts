@@ -51,8 +51,15 @@ export class TunnelEnd {
     return this.#ended || this.ws.readyState !== WebSocket.OPEN;
   }
 
-  /** Sends bytes; calls `pause` when the socket is behind and `resume` once it caught up. */
-  data(channel: TunnelChannel, payload: Buffer, flow: { pause(): void; resume(): void }): void {
+  /**
+   * Sends bytes (pieces sent together are joined into as few frames as fit); calls `pause` when the
+   * socket is behind and `resume` once it caught up.
+   */
+  data(
+    channel: TunnelChannel,
+    payload: Buffer | readonly Buffer[],
+    flow: { pause(): void; resume(): void },
+  ): void {
     let below = true;
     for (const frame of encodeFrames(channel, payload)) below = this.sender.send(frame);
     if (!below) {

@@ -13,7 +13,9 @@ function muxFrame(type: number, text: string): Buffer {
 describe('DockerDemuxer', () => {
   it('splits stdout and stderr across arbitrary chunk boundaries', () => {
     const out: string[] = [];
-    const demux = new DockerDemuxer((stream, payload) => out.push(`${stream}:${payload.toString()}`));
+    const demux = new DockerDemuxer((stream, payloads) =>
+      out.push(`${stream}:${Buffer.concat(payloads).toString()}`),
+    );
     const bytes = Buffer.concat([muxFrame(1, 'hello '), muxFrame(2, 'oops'), muxFrame(1, 'world')]);
     for (let at = 0; at < bytes.length; at += 3) demux.push(bytes.subarray(at, at + 3));
     expect(out).toEqual(['stdout:hello ', 'stderr:oops', 'stdout:world']);
@@ -31,7 +33,9 @@ describe('DockerDemuxer', () => {
     for (let first = 0; first <= bytes.length; first++) {
       for (let second = first; second <= bytes.length; second++) {
         const out: string[] = [];
-        const demux = new DockerDemuxer((stream, payload) => out.push(`${stream}:${payload.toString()}`));
+        const demux = new DockerDemuxer((stream, payloads) =>
+          out.push(`${stream}:${Buffer.concat(payloads).toString()}`),
+        );
         demux.push(bytes.subarray(0, first));
         demux.push(bytes.subarray(first, second));
         demux.push(bytes.subarray(second));
@@ -41,9 +45,34 @@ describe('DockerDemuxer', () => {
     }
   });
 
+  it('hands on the frames of one stream that follow each other in a chunk as one run', () => {
+    const runs: string[][] = [];
+    const demux = new DockerDemuxer((stream, payloads) =>
+      runs.push([stream, ...payloads.map((p) => p.toString())]),
+    );
+    demux.push(
+      Buffer.concat([
+        muxFrame(1, 'a'),
+        muxFrame(1, 'b'),
+        muxFrame(1, 'c'),
+        muxFrame(2, 'e'),
+        muxFrame(1, 'd'),
+        muxFrame(1, 'x').subarray(0, 5),
+      ]),
+    );
+    // Three Docker frames, one run (one tunnel frame); the stream changing ends a run.
+    expect(runs).toEqual([
+      ['stdout', 'a', 'b', 'c'],
+      ['stderr', 'e'],
+      ['stdout', 'd'],
+    ]);
+    demux.push(muxFrame(1, 'x').subarray(5));
+    expect(runs.at(-1)).toEqual(['stdout', 'x']);
+  });
+
   it('holds an incomplete frame until the rest arrives', () => {
     const out: string[] = [];
-    const demux = new DockerDemuxer((_stream, payload) => out.push(payload.toString()));
+    const demux = new DockerDemuxer((_stream, payloads) => out.push(Buffer.concat(payloads).toString()));
     const frame = muxFrame(1, 'abcdef');
     demux.push(frame.subarray(0, 10));
     expect(out).toEqual([]);

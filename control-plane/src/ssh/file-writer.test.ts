@@ -28,16 +28,23 @@ function fakeDisk(options: { failWrites?: boolean } = {}) {
       settle = resolve;
     });
     const stderr = new PassThrough();
+    const take = (chunk: Buffer, callback: () => void) => {
+      stdinWrites.push(chunk.length);
+      setTimeout(() => {
+        if (!options.failWrites) {
+          put(position, chunk);
+          position += chunk.length;
+        }
+        callback();
+      }, 1);
+    };
     const stdin = new Writable({
       write(chunk: Buffer, _encoding, callback) {
-        stdinWrites.push(chunk.length);
-        setTimeout(() => {
-          if (!options.failWrites) {
-            put(position, chunk);
-            position += chunk.length;
-          }
-          callback();
-        }, 1);
+        take(chunk, callback);
+      },
+      // As the tunnel's stdin: writes corked together go out as one.
+      writev(chunks, callback) {
+        take(Buffer.concat(chunks.map((c) => c.chunk as Buffer)), callback);
       },
       final(callback) {
         setTimeout(() => {
@@ -162,9 +169,11 @@ describe('FileWriter', () => {
     let calls = 0;
     let settle!: (exit: { code: number | null }) => void;
     const stdin = {
-      write(chunk: Buffer, callback: (error?: Error | null) => void) {
+      cork() {},
+      uncork() {},
+      write(chunk: Buffer, callback?: (error?: Error | null) => void) {
         taken.push(chunk);
-        setTimeout(() => callback(), delays[calls++ % delays.length]);
+        if (callback) setTimeout(() => callback(), delays[calls++ % delays.length]);
         return true;
       },
       end() {

@@ -142,8 +142,8 @@ export class FileWriter {
 
   /**
    * Queues the bytes for the stream; what arrives within one turn of the event loop goes out as one
-   * write. Clients send 32 KiB writes: one tunnel frame and one write into the exec's stdin each cost
-   * more than the bytes themselves.
+   * tunnel frame. Clients send 32-64 KiB writes: one tunnel frame and one write into the exec's stdin
+   * each cost more than the bytes themselves.
    */
   #emit(stream: Stream, data: Buffer, done: (error: FsError | null) => void): void {
     this.#position += data.length;
@@ -163,13 +163,17 @@ export class FileWriter {
     const { parts, done } = stream.batch;
     stream.batch = { parts: [], bytes: 0, done: [], scheduled: false };
     if (parts.length === 0) return;
-    const data = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
-    stream.session.stdin.write(data, (error) => {
+    // Corked, the parts reach the tunnel together (its writev) and are copied once, into one frame.
+    const stdin = stream.session.stdin;
+    stdin.cork();
+    for (let i = 0; i < parts.length - 1; i++) stdin.write(parts[i]!);
+    stdin.write(parts[parts.length - 1]!, (error) => {
       this.#inFlight -= done.length;
       if (error) this.#failed ??= { kind: 'failure', reason: error.message };
       for (const finish of done) finish(error ? this.#failed : null);
       if (this.#inFlight === 0) for (const wake of this.#idle.splice(0)) wake();
     });
+    stdin.uncork();
   }
 
   async #finishStream(): Promise<void> {

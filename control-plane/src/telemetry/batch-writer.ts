@@ -24,7 +24,9 @@ export class BatchWriter<T> {
   #pending: T[] = [];
   #running: Promise<void> | null = null;
   #followUp: Promise<void> | null = null;
+  /** Set while rows wait for their flush; none while the buffer is empty (an idle writer never wakes). */
   #timer: NodeJS.Timeout | null = null;
+  #started = false;
   #failures = 0;
 
   constructor(options: BatchWriterOptions<T>) {
@@ -42,6 +44,7 @@ export class BatchWriter<T> {
     if (accepted.length < rows.length) this.#o.onDropped?.(rows.length - accepted.length, 'overflow');
     for (const row of accepted) this.#pending.push(row);
     if (this.#pending.length >= this.#o.maxBatch) void this.flush();
+    else this.#arm();
     return accepted.length;
   }
 
@@ -58,6 +61,8 @@ export class BatchWriter<T> {
     if (this.#pending.length === 0) return Promise.resolve();
     this.#running = this.#drain().finally(() => {
       this.#running = null;
+      // Rows that came meanwhile, or a failed batch back at the front, get their own wait.
+      this.#arm();
     });
     return this.#running;
   }
@@ -75,7 +80,7 @@ export class BatchWriter<T> {
           this.#failures = 0;
           this.#o.onDropped?.(batch.length, 'failed');
         } else {
-          // Back to the front, and wait for the next tick rather than hammering a failing database.
+          // Back to the front, and wait a flush interval rather than hammering a failing database.
           const room = Math.max(0, this.#o.maxPending - this.#pending.length);
           const kept = batch.slice(0, room);
           if (kept.length < batch.length) this.#o.onDropped?.(batch.length - kept.length, 'overflow');
@@ -87,16 +92,27 @@ export class BatchWriter<T> {
   }
 
   start(): void {
-    if (this.#timer) return;
-    this.#timer = setInterval(() => {
-      if (this.#pending.length > 0) void this.flush();
+    this.#started = true;
+    this.#arm();
+  }
+
+  /**
+   * A flush flushIntervalMs after the first row that waits for one (or after a failed batch went back
+   * to the front), instead of a tick every flushIntervalMs: with nothing queued, no timer runs.
+   */
+  #arm(): void {
+    if (!this.#started || this.#timer || this.#pending.length === 0) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      void this.flush();
     }, this.#o.flushIntervalMs);
     this.#timer.unref();
   }
 
   /** Stops the timer and writes what is left (one attempt per batch). */
   async stop(): Promise<void> {
-    if (this.#timer) clearInterval(this.#timer);
+    this.#started = false;
+    if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
     await this.flush();
     if (this.#pending.length > 0) await this.flush();

@@ -7,6 +7,7 @@ import {
   decodeFrame,
   encodeExit,
   encodeFrame,
+  MAX_TUNNEL_CHUNK,
   TUNNEL_CHANNEL,
   TUNNEL_HEADERS,
   TUNNEL_UPGRADE,
@@ -364,6 +365,41 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
     expect(await text(session.stdout)).toBe('out');
     expect(await text(session.stderr)).toBe('err');
     expect(await session.exit).toEqual({ code: 130 });
+  });
+
+  it('exec stdin: writes corked together cross as one frame (one copy), larger ones split at the frame limit', async () => {
+    const received: Buffer[] = [];
+    let agentSide!: WebSocket;
+    scriptedAgent = async (command) => {
+      const ws = await dial(command);
+      if (typeof ws === 'number') throw new Error(`refused: ${ws}`);
+      agentSide = ws;
+      ws.on('message', (data) => received.push(data as Buffer));
+      return {};
+    };
+    const session = await service.openExec(workloadId, { command: ['cat'], tty: false });
+    const parts = [Buffer.from('one '), Buffer.from('two '), Buffer.from('three')];
+    session.stdin.cork();
+    for (const part of parts) session.stdin.write(part);
+    session.stdin.uncork();
+    const big = Buffer.alloc(MAX_TUNNEL_CHUNK + 10, 9);
+    session.stdin.cork();
+    session.stdin.write(big.subarray(0, 100));
+    session.stdin.write(big.subarray(100));
+    session.stdin.uncork();
+    await expect.poll(() => received.length).toBe(3);
+    const frames = received.map((frame) => decodeFrame(frame)!);
+    expect(frames.map((f) => f.channel)).toEqual([
+      TUNNEL_CHANNEL.stdin,
+      TUNNEL_CHANNEL.stdin,
+      TUNNEL_CHANNEL.stdin,
+    ]);
+    expect(frames[0]!.payload.toString()).toBe('one two three');
+    expect(frames.map((f) => f.payload.length)).toEqual([13, MAX_TUNNEL_CHUNK, 10]);
+    expect(Buffer.concat([frames[1]!.payload, frames[2]!.payload]).equals(big)).toBe(true);
+    session.close();
+    agentSide.terminate();
+    await session.exit;
   });
 
   it('without a connected agent: HOST_NOT_CONNECTED from the real gateway; unknown workload: WORKLOAD_NOT_FOUND', async () => {

@@ -73,8 +73,15 @@ function listen(ws: WebSocket, events: SocketEvents): void {
   });
 }
 
-/** Writes bytes as stdin frames, waiting for the socket to drain above the high-water mark. */
-function writeFrames(sender: FrameSender, chunk: Buffer, callback: (error?: Error | null) => void): void {
+/**
+ * Writes bytes as stdin frames, waiting for the socket to drain above the high-water mark. Pieces (the
+ * writes a caller corked together) are joined into as few frames as fit, with one copy.
+ */
+function writeFrames(
+  sender: FrameSender,
+  chunk: Buffer | readonly Buffer[],
+  callback: (error?: Error | null) => void,
+): void {
   let below = true;
   for (const frame of encodeFrames(TUNNEL_CHANNEL.stdin, chunk)) below = sender.send(frame);
   if (sender.failed) callback(new Error(`tunnel closed: ${sender.failed.message}`));
@@ -144,6 +151,14 @@ export function tunnelExec(ws: WebSocket): ExecSession {
   const stdin = new Writable({
     write(chunk: Buffer, _encoding, callback) {
       writeFrames(sender, chunk, callback);
+    },
+    // Corked writes (FileWriter's batch of SFTP WRITEs) go out as one frame.
+    writev(chunks, callback) {
+      writeFrames(
+        sender,
+        chunks.map((c) => c.chunk as Buffer),
+        callback,
+      );
     },
     final(callback) {
       sender.send(encodeFrame(TUNNEL_CHANNEL.eof));

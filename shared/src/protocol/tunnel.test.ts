@@ -37,6 +37,27 @@ describe('tunnel frames', () => {
     expect(Buffer.concat(frames.map((f) => decodeFrame(f)!.payload)).equals(payload)).toBe(true);
   });
 
+  it('joins the pieces of a payload into as few frames as fit, each byte once', () => {
+    const pieces = [
+      Buffer.alloc(100, 1),
+      Buffer.alloc(MAX_TUNNEL_CHUNK, 2),
+      Buffer.alloc(0),
+      Buffer.alloc(7, 3),
+    ];
+    const frames = encodeFrames(TUNNEL_CHANNEL.stdout, pieces);
+    expect(frames.map((f) => f.length)).toEqual([MAX_TUNNEL_CHUNK + 1, 108]);
+    expect(frames.every((f) => f[0] === TUNNEL_CHANNEL.stdout)).toBe(true);
+    expect(Buffer.concat(frames.map((f) => decodeFrame(f)!.payload)).equals(Buffer.concat(pieces))).toBe(
+      true,
+    );
+    // Small pieces that arrive together cross as one frame.
+    const small = [Buffer.from('ab'), Buffer.from('cd'), Buffer.from('e')];
+    expect(encodeFrames(TUNNEL_CHANNEL.stdin, small).map((f) => decodeFrame(f)!.payload.toString())).toEqual([
+      'abcde',
+    ]);
+    expect(encodeFrames(TUNNEL_CHANNEL.stdin, [Buffer.alloc(0)]).map((f) => f.length)).toEqual([1]);
+  });
+
   it('encodes resize and exit, and rejects malformed ones', () => {
     expect(decodeResize(decodeFrame(encodeResize(132, 50))!.payload)).toEqual({ cols: 132, rows: 50 });
     expect(decodeResize(Buffer.from([0, 0, 0, 5]))).toBeNull();

@@ -141,14 +141,47 @@ export function encodeFrame(channel: TunnelChannel, payload: Uint8Array = Buffer
   return frame;
 }
 
-/** Splits a payload into frames of at most MAX_TUNNEL_CHUNK bytes. */
-export function encodeFrames(channel: TunnelChannel, payload: Buffer): Buffer[] {
-  if (payload.length <= MAX_TUNNEL_CHUNK) return [encodeFrame(channel, payload)];
-  const out: Buffer[] = [];
-  for (let at = 0; at < payload.length; at += MAX_TUNNEL_CHUNK) {
-    out.push(encodeFrame(channel, payload.subarray(at, at + MAX_TUNNEL_CHUNK)));
+/**
+ * Frames of at most MAX_TUNNEL_CHUNK bytes of payload, from one payload or from the pieces of one (each
+ * byte copied once, into its frame): writes that arrive together cross the tunnel as one frame rather
+ * than a frame each, and a frame costs a WebSocket header, a socket write and a message event per side.
+ */
+export function encodeFrames(channel: TunnelChannel, payload: Buffer | readonly Buffer[]): Buffer[] {
+  if (Buffer.isBuffer(payload)) {
+    if (payload.length <= MAX_TUNNEL_CHUNK) return [encodeFrame(channel, payload)];
+    const out: Buffer[] = [];
+    for (let at = 0; at < payload.length; at += MAX_TUNNEL_CHUNK) {
+      out.push(encodeFrame(channel, payload.subarray(at, at + MAX_TUNNEL_CHUNK)));
+    }
+    return out;
   }
-  return out;
+  if (payload.length === 1) return encodeFrames(channel, payload[0]!);
+  let left = 0;
+  for (const part of payload) left += part.length;
+  const out: Buffer[] = [];
+  let frame: Buffer | null = null;
+  let at = 0;
+  for (const part of payload) {
+    let from = 0;
+    while (from < part.length) {
+      if (!frame) {
+        const size = Math.min(left, MAX_TUNNEL_CHUNK);
+        frame = Buffer.allocUnsafe(size + 1);
+        frame[0] = channel;
+        at = 1;
+        left -= size;
+      }
+      const copied = part.copy(frame, at, from, from + Math.min(part.length - from, frame.length - at));
+      from += copied;
+      at += copied;
+      if (at === frame.length) {
+        out.push(frame);
+        frame = null;
+      }
+    }
+  }
+  // Pieces that were all empty: one empty frame, as for an empty payload.
+  return out.length > 0 ? out : [encodeFrame(channel)];
 }
 
 /** Null for an empty frame or an unknown channel: the receiver ends the tunnel with an error. */
