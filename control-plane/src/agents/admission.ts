@@ -1,15 +1,15 @@
 /** How far back welcomes count toward the rate at which hellos are being served. */
 const RATE_WINDOW_MS = 3_000;
 /** The longest wait an agent is told; it then redials and is told again if still too early. */
-export const MAX_RETRY_AFTER_SECONDS = 60;
+export const MAX_RETRY_AFTER_SECONDS = 30;
 
 /**
  * Admission of agent sockets before their hello. At most `limit` sockets wait for a welcome at once:
  * each is an unauthenticated stranger, and each hello in progress holds database work, so a whole fleet
  * redialling after a restart is served at a bounded concurrency instead of all at once. A socket past
  * the limit is answered 503 with a Retry-After that gives it its own future slot: slots follow one
- * another at the rate hellos are being welcomed (measured over the last seconds; before any, `limit`
- * every two seconds), so the agents turned away together come back spread out at about the pace they can
+ * another at the rate hellos are being welcomed (measured over the last seconds, and at least `limit` a
+ * second), so the agents turned away together come back spread out at about the pace they can
  * be served, rather than all in the next instant or, by their exponential backoff, a minute later.
  */
 export class HelloAdmission {
@@ -33,7 +33,10 @@ export class HelloAdmission {
     if (waiting < this.limit) return null;
     const now = this.nowMs();
     this.#trim(now);
-    const perSecond = Math.max(this.limit / 2, this.#welcomes.length / (RATE_WINDOW_MS / 1000));
+    // Optimistic: at least the limit a second (each hello done within a second). Too early costs the agent
+    // one more cheap 503; too late costs the whole fleet time.
+    const spanSeconds = Math.max(1, (now - (this.#welcomes[0] ?? now)) / 1000);
+    const perSecond = Math.max(this.limit, this.#welcomes.length / spanSeconds);
     // The earliest slot is a second away: sooner, the sockets admitted now still hold every place.
     const from = Math.max(now + 1_000, Math.min(this.#nextSlotMs, now + MAX_RETRY_AFTER_SECONDS * 1000));
     this.#nextSlotMs = from + 1_000 / perSecond;
