@@ -48,7 +48,10 @@ function open(url: string): Promise<Peer> {
         next: (type) => waitFor(`a ${type} message`, async () => received.find((m) => m['type'] === type)),
       }),
     );
-    ws.once('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+    ws.once('unexpected-response', (_req, res) => {
+      const after = res.headers['retry-after'];
+      reject(new Error(`HTTP ${res.statusCode}${after === undefined ? '' : ` retry-after ${after}`}`));
+    });
     ws.once('error', reject);
   });
 }
@@ -220,9 +223,10 @@ describe('unauthenticated agent sockets', () => {
     // A welcomed agent holds no pre-authentication slot.
     await agentOf(t, url);
     const idle = [await peer(url), await peer(url), await peer(url)];
-    const steps: Array<[string, () => Promise<unknown>, string]> = [
-      ['a fourth idle socket', () => peer(url), 'HTTP 503'],
-      ['one more after another retry', () => peer(url), 'HTTP 503'],
+    const steps: Array<[string, () => Promise<unknown>, RegExp]> = [
+      // Told when to come back (HelloAdmission), not left to guess.
+      ['a fourth idle socket', () => peer(url), /^HTTP 503 retry-after [1-9]\d*$/],
+      ['one more after another retry', () => peer(url), /^HTTP 503 retry-after [1-9]\d*$/],
     ];
     for (const [what, attempt, error] of steps) await expect(attempt(), what).rejects.toThrow(error);
     // A slot frees when an idle socket goes; the newcomer gets it, and can still register.

@@ -18,3 +18,13 @@ export function backoffDelay(
   const step = Math.min(policy.maxMs, policy.baseMs * 2 ** Math.min(Math.max(attempt, 0), 30));
   return Math.round(step / 2 + random() * (step / 2));
 }
+
+/**
+ * The wait when the control plane said when to come back (Retry-After on a busy 503): never earlier
+ * than asked, plus up to a quarter more (at least 1 s) at random, so the agents it turned away in the
+ * same second do not all return in the same instant. The exponential step does not grow meanwhile:
+ * a busy control plane is not a failing one.
+ */
+export function retryAfterDelay(hintMs: number, random: () => number = Math.random): number {
+  return Math.round(hintMs + random() * Math.max(1_000, hintMs / 4));
+}

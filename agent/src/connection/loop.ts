@@ -1,10 +1,10 @@
 import type { Logger } from 'pino';
 import { type Clock, sleep } from '../clock.ts';
 import { errorMessage, FatalAgentError } from '../errors.ts';
-import { type BackoffPolicy, backoffDelay } from './backoff.ts';
+import { type BackoffPolicy, backoffDelay, retryAfterDelay } from './backoff.ts';
 import { Channel } from './channel.ts';
 import { type HandshakeOptions, type HandshakeResult, handshake } from './handshake.ts';
-import type { Dialer } from './transport.ts';
+import { type Dialer, DialRefusedError } from './transport.ts';
 
 export interface ConnectionLoopOptions extends Omit<HandshakeOptions, 'logger'> {
   url: string;
@@ -28,7 +28,8 @@ export type SessionRunner = (
 
 /**
  * Dial, handshake, run the session; on any non-fatal end, wait a capped, jittered backoff and redial.
- * The backoff resets after a session that got as far as welcome. Resolves when `signal` aborts;
+ * The backoff resets after a session that got as far as welcome. A control plane that turned the dial
+ * away as busy (503 with Retry-After) is redialled when it said, with jitter (retryAfterDelay). Resolves when `signal` aborts;
  * rejects with FatalAgentError when the control plane refuses for good.
  */
 export async function runConnectionLoop(
@@ -40,6 +41,7 @@ export async function runConnectionLoop(
   let attempt = 0;
   while (!signal.aborted) {
     let welcomed = false;
+    let retryAfter: number | null = null;
     try {
       await connectOnce(options, signal, async (channel, result, sessionSignal) => {
         welcomed = true;
@@ -48,12 +50,18 @@ export async function runConnectionLoop(
     } catch (err) {
       if (err instanceof FatalAgentError) throw err;
       if (signal.aborted) break;
+      if (err instanceof DialRefusedError) retryAfter = err.retryAfterMs;
       logger.warn({ err: errorMessage(err) }, 'connection to the control plane ended');
     }
     if (signal.aborted) break;
     if (welcomed) attempt = 0;
-    const delayMs = backoffDelay(attempt, options.backoff, options.random);
-    attempt += 1;
+    let delayMs: number;
+    if (retryAfter !== null) {
+      delayMs = retryAfterDelay(retryAfter, options.random);
+    } else {
+      delayMs = backoffDelay(attempt, options.backoff, options.random);
+      attempt += 1;
+    }
     logger.info({ delayMs, attempt }, 'redialling the control plane');
     await sleep(clock, delayMs, signal);
   }

@@ -20,6 +20,29 @@ export interface Transport {
 
 export type Dialer = (url: string, signal: AbortSignal) => Promise<Transport>;
 
+/**
+ * The control plane answered the upgrade with an error status instead of a WebSocket. A 503 with
+ * Retry-After (it admits only so many handshakes at once) says when to come back.
+ */
+export class DialRefusedError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    /** The server's Retry-After in ms; null when it gave none (or an HTTP date, which is not used). */
+    readonly retryAfterMs: number | null,
+  ) {
+    super(message);
+    this.name = 'DialRefusedError';
+  }
+}
+
+/** Retry-After in delay-seconds (RFC 9110), as ms; anything else null. */
+export function retryAfterMs(header: string | string[] | undefined): number | null {
+  const value = Array.isArray(header) ? header[0] : header;
+  if (value === undefined || !/^\s*\d{1,6}\s*$/.test(value)) return null;
+  return Number(value) * 1000;
+}
+
 export interface WsDialerOptions {
   handshakeTimeoutMs: number;
   /** Extra headers for the upgrade request (none are needed by the protocol itself). */
@@ -56,7 +79,16 @@ export function wsDialer(options: WsDialerOptions): Dialer {
         else queued.push(text);
       });
       socket.on('unexpected-response', (_req, res) => {
-        reject(new Error(`dial ${url}: server answered HTTP ${res.statusCode} instead of upgrading`));
+        const status = res.statusCode ?? 0;
+        const after = retryAfterMs(res.headers['retry-after']);
+        reject(
+          new DialRefusedError(
+            `dial ${url}: server answered HTTP ${status} instead of upgrading` +
+              (after === null ? '' : ` (retry after ${after / 1000} s)`),
+            status,
+            after,
+          ),
+        );
         socket.terminate();
       });
       socket.on('error', (err) => reject(new Error(`dial ${url}: ${err.message}`)));

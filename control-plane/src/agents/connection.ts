@@ -575,6 +575,8 @@ export class AgentConnection {
       agentVersion: message.agentVersion,
       protocolVersion: message.v,
       inventory: message.inventory,
+      // An agent redialling sends the inventory it sent last: then nothing is rewritten.
+      storedInventory: auth.host.inventory,
     });
     this.hostId = hostId;
     this.#credential = message.credential;

@@ -21,6 +21,7 @@ import type { HostService } from '../hosts/hosts.ts';
 import type { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import type { TelemetryService } from '../telemetry/telemetry.ts';
 import type { WorkloadService } from '../workloads/workloads.ts';
+import { HelloAdmission } from './admission.ts';
 import {
   AgentConnection,
   type ConnectionContext,
@@ -98,7 +99,7 @@ export class AgentGateway {
   readonly #connections = new Set<AgentConnection>();
   /** Sockets open without a welcome yet: unauthenticated, so their number is capped. */
   readonly #unwelcomed = new Set<AgentConnection>();
-  readonly #preAuthLimit: number;
+  readonly #admission: HelloAdmission;
   readonly #byHost = new Map<string, AgentConnection>();
   readonly #heartbeats = new Map<string, number>();
   readonly #relayed = new Map<string, RelayWaiter>();
@@ -134,7 +135,7 @@ export class AgentGateway {
       perMessageDeflate: false,
       clientTracking: false,
     });
-    this.#preAuthLimit = options.config.agentPreAuthLimit ?? DEFAULT_PREAUTH_LIMIT;
+    this.#admission = new HelloAdmission(options.config.agentPreAuthLimit ?? DEFAULT_PREAUTH_LIMIT);
     this.#bus = new ReplicaBus(options.db, this.replicaId);
     this.#context = {
       replicaId: this.replicaId,
@@ -205,14 +206,16 @@ export class AgentGateway {
         reject(socket, 503, 'Service Unavailable');
         return;
       }
-      if (this.#unwelcomed.size >= this.#preAuthLimit) {
-        // Refused before the upgrade: a flood of sockets that never authenticate costs no WebSocket.
+      const retryAfter = this.#admission.retryAfter(this.#unwelcomed.size);
+      if (retryAfter !== null) {
+        // Refused before the upgrade: a flood of sockets that never authenticate costs no WebSocket, and
+        // a reconnect wave is served at the pace hellos are welcomed (HelloAdmission).
         this.#o.metrics.agentRefusals.inc({ code: 'preauth_limit' });
-        this.#logger.warn(
-          { remote: request.socket.remoteAddress, limit: this.#preAuthLimit },
-          'too many agent sockets without a hello; refused',
+        this.#logger.debug(
+          { remote: request.socket.remoteAddress, limit: this.#admission.limit, retryAfter },
+          'too many agent sockets without a welcome; told to come back later',
         );
-        reject(socket, 503, 'Service Unavailable', { 'Retry-After': '5' });
+        reject(socket, 503, 'Service Unavailable', { 'Retry-After': String(retryAfter) });
         return;
       }
       this.#wss.handleUpgrade(request, socket, head, (ws) => this.#accept(ws, request));
@@ -262,6 +265,7 @@ export class AgentGateway {
 
   async #welcomed(connection: AgentConnection): Promise<void> {
     this.#unwelcomed.delete(connection);
+    this.#admission.welcomed();
     const hostId = connection.hostId!;
     const previous = this.#byHost.get(hostId);
     this.#byHost.set(hostId, connection);
@@ -531,9 +535,11 @@ export class AgentGateway {
       this.#timers.push(timer);
     };
     // Heartbeats are batched in memory and written together; with none received a flush returns at
-    // once without touching the database.
+    // once without touching the database. Half a heartbeat interval (5 s by default): last_heartbeat_at
+    // serves the liveness check (which flushes first) and displays, and a flush every second made 100
+    // idle hosts cost a statement a second for ten rows.
     every(
-      this.#o.heartbeatFlushMs ?? Math.min(1_000, (heartbeatSeconds * 1000) / 2),
+      this.#o.heartbeatFlushMs ?? (heartbeatSeconds * 1000) / 2,
       () => this.flushHeartbeats(),
       'writing heartbeats',
     );

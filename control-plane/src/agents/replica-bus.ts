@@ -1,5 +1,6 @@
 import type { CommandBody } from '@anvil/shared/protocol';
 import type { Database } from '../db/index.ts';
+import { BatchedCalls } from '../util/batched-calls.ts';
 
 /** The PostgreSQL channel control-plane processes use to reach the one holding an agent's socket. */
 export const AGENT_BUS_CHANNEL = 'anvil_agents';
@@ -33,11 +34,21 @@ type Envelope = BusMessage & { from: string };
  */
 export class ReplicaBus {
   #unlisten: (() => Promise<void>) | null = null;
+  /** Messages published together (a reconnect wave's `connected`s) go out in one statement. */
+  readonly #notifications: BatchedCalls<string, undefined>;
 
   constructor(
     private readonly db: Database,
     readonly replicaId: string,
-  ) {}
+  ) {
+    this.#notifications = new BatchedCalls(async (payloads) => {
+      await db.sql.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p', [
+        AGENT_BUS_CHANNEL,
+        payloads,
+      ]);
+      return payloads.map(() => undefined);
+    }, 500);
+  }
 
   async start(
     onMessage: (message: BusMessage, from: string) => void,
@@ -70,6 +81,8 @@ export class ReplicaBus {
         `bus message ${message.t} of ${Buffer.byteLength(payload)} bytes is too large for NOTIFY`,
       );
     }
-    await this.db.notify(AGENT_BUS_CHANNEL, payload);
+    // PGlite is embedded: no other process shares it, so there is nobody to tell.
+    if (this.db.kind === 'pglite') return;
+    await this.#notifications.call(payload);
   }
 }

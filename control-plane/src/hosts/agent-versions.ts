@@ -77,14 +77,11 @@ export class AgentVersionPolicy {
       updatedById: row?.updatedById ?? null,
     };
     if (row) return { ...base, desiredVersion: row.desiredVersion, source: 'admin' };
-    if (this.configured !== null) {
-      return {
-        ...base,
-        desiredVersion: this.configured === 'manual' ? null : this.configured,
-        source: 'env',
-      };
-    }
-    return { ...base, desiredVersion: bundledVersion, source: 'default' };
+    return {
+      ...base,
+      desiredVersion: this.#unsetDesired(),
+      source: this.configured !== null ? 'env' : 'default',
+    };
   }
 
   /** Sets the fleet's version (null: manual) and upgrades the connected unpinned hosts that differ. */
@@ -104,20 +101,39 @@ export class AgentVersionPolicy {
     return this.fleet();
   }
 
+  /**
+   * One statement (it runs on every hello): the host's version, pin and architecture with the fleet's
+   * setting row, not the artifact list fleet() also reads.
+   */
   async host(hostId: string): Promise<HostAgentVersion> {
-    const host = await this.db.prisma.host.findFirst({
-      where: { id: hostId, deletedAt: null },
-      select: { id: true, agentVersion: true, agentVersionPin: true, inventory: true },
-    });
-    if (!host) throw new ApiError('HOST_NOT_FOUND', `host ${hostId} not found`, { hostId });
-    const fleet = await this.fleet();
+    const [row] = await this.db.sql.query<{
+      id: string;
+      agent_version: string | null;
+      agent_version_pin: string | null;
+      arch: string | null;
+      setting: boolean;
+      desired_version: string | null;
+    }>(
+      `SELECT h.id, h.agent_version, h.agent_version_pin, h.inventory #>> '{host,os,arch}' AS arch,
+              s.id IS NOT NULL AS setting, s.desired_version
+       FROM hosts h LEFT JOIN agent_version_settings s ON s.id = $2
+       WHERE h.id = $1 AND h.deleted_at IS NULL`,
+      [hostId, FLEET_ROW],
+    );
+    if (!row) throw new ApiError('HOST_NOT_FOUND', `host ${hostId} not found`, { hostId });
     return {
-      hostId: host.id,
-      current: host.agentVersion,
-      desired: host.agentVersionPin ?? fleet.desiredVersion,
-      pinned: host.agentVersionPin,
-      arch: archOf(host.inventory),
+      hostId: row.id,
+      current: row.agent_version,
+      desired: row.agent_version_pin ?? (row.setting ? row.desired_version : this.#unsetDesired()),
+      pinned: row.agent_version_pin,
+      arch: row.arch,
     };
+  }
+
+  /** The fleet's version when no admin setting is stored: ANVIL_AGENT_VERSION, else the bundled one. */
+  #unsetDesired(): string | null {
+    if (this.configured === null) return this.store.bundledVersion;
+    return this.configured === 'manual' ? null : this.configured;
   }
 
   /**
@@ -200,10 +216,4 @@ export type UpgradeOutcome =
 /** URL path of an artifact file on the control plane. */
 export function artifactPath(version: string, file: string): string {
   return `/agent/artifacts/${encodeURIComponent(version)}/${encodeURIComponent(file)}`;
-}
-
-function archOf(inventory: unknown): string | null {
-  const host = (inventory as { host?: { os?: { arch?: unknown } } } | null)?.host;
-  const arch = host?.os?.arch;
-  return typeof arch === 'string' ? arch : null;
 }

@@ -3,7 +3,9 @@ import type { Inventory } from '@anvil/shared/protocol';
 import { cleanJson, cleanText } from '../agents/sanitize.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Host, Prisma } from '../db/generated/client.ts';
-import type { Database } from '../db/index.ts';
+import { batchRowsFor, betweenStatements, type Database } from '../db/index.ts';
+import { BatchedCalls } from '../util/batched-calls.ts';
+import { sameJson } from '../util/same-json.ts';
 import { type HostEventType, hostEventFields } from './event-log.ts';
 import type { FleetEvents } from './events.ts';
 import {
@@ -92,6 +94,51 @@ export type RegisterResult =
 export type AuthenticateResult =
   /** previous: the credential presented is the one a renewal replaced, within its grace. */
   { ok: true; host: Host; previous?: boolean } | { ok: false; reason: string };
+
+export interface ConnectedInput {
+  replicaId: string;
+  connectionId: string;
+  agentVersion: string;
+  protocolVersion: number;
+  inventory: Inventory;
+  /** The inventory the database held when the hello was authenticated; an equal one is not written again. */
+  storedInventory?: unknown;
+}
+
+/** Hellos written per statement on a database server (PGlite takes fewer: batching.ts). */
+const HELLO_BATCH_ROWS = 250;
+
+/** The verdict on a presented credential, from the host holding it as current and the one holding it as previous. */
+function judgeCredential(
+  hostId: string,
+  byCurrent: Host | undefined,
+  byPrevious: Host | undefined,
+  nowMs: number,
+): AuthenticateResult {
+  let host = byCurrent;
+  let previousOne = false;
+  if (!host) {
+    // The credential a renewal replaced, during its grace only.
+    const expires = byPrevious?.previousCredentialExpiresAt;
+    if (byPrevious && expires && expires.getTime() > nowMs) {
+      host = byPrevious;
+      previousOne = true;
+    } else if (byPrevious && byPrevious.id === hostId) {
+      return {
+        ok: false,
+        reason: `the credential of host ${hostId} was replaced by a renewal and its grace ended at ${expires?.toISOString() ?? 'renewal'}; use the renewed credential`,
+      };
+    }
+  }
+  if (!host || host.id !== hostId) return { ok: false, reason: `unknown credential for host ${hostId}` };
+  if (host.deletedAt) {
+    return {
+      ok: false,
+      reason: `host ${hostId} was deleted; register the machine again with a new join token`,
+    };
+  }
+  return { ok: true, host, previous: previousOne };
+}
 
 interface WorkloadLite {
   id: string;
@@ -205,11 +252,44 @@ const WORKLOAD_LITE = {
  * sockets: the agent gateway calls in, and hears of deletions through FleetEvents.
  */
 export class HostService {
+  readonly #authentications: BatchedCalls<{ hostId: string; credential: string }, AuthenticateResult>;
+  readonly #connections: BatchedCalls<{ hostId: string } & ConnectedInput, undefined>;
+  readonly #acks: BatchedCalls<{ hostId: string; generation: number }, undefined>;
+  readonly #disconnections: BatchedCalls<{ hostId: string; connectionId: string }, undefined>;
+
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
     private readonly events: FleetEvents,
-  ) {}
+  ) {
+    const rows = batchRowsFor(db.sql, HELLO_BATCH_ROWS);
+    const between = () => betweenStatements(db.sql);
+    this.#authentications = new BatchedCalls((items) => this.authenticateMany(items), rows, between);
+    this.#connections = new BatchedCalls(
+      async (items) => {
+        await this.markConnectedMany(items);
+        return items.map(() => undefined);
+      },
+      rows,
+      between,
+    );
+    this.#disconnections = new BatchedCalls(
+      async (items) => {
+        await this.#markDisconnectedMany(items);
+        return items.map(() => undefined);
+      },
+      rows,
+      between,
+    );
+    this.#acks = new BatchedCalls(
+      async (acks) => {
+        await this.#recordAcks(acks);
+        return acks.map(() => undefined);
+      },
+      rows,
+      between,
+    );
+  }
 
   /**
    * Trades a join token for a new host and its credential. The token's use is counted in the same
@@ -274,32 +354,28 @@ export class HostService {
   }
 
   /** Checks a hello's credential: it must be this host's, and the host must not be deleted. */
-  async authenticate(hostId: string, credential: string): Promise<AuthenticateResult> {
-    const hash = hashSecret(credential);
-    let host = await this.db.prisma.host.findUnique({ where: { credentialHash: hash } });
-    let previousOne = false;
-    if (!host) {
-      // The credential a renewal replaced, during its grace only.
-      const previous = await this.db.prisma.host.findUnique({ where: { previousCredentialHash: hash } });
-      const expires = previous?.previousCredentialExpiresAt;
-      if (previous && expires && expires.getTime() > this.clock.now().getTime()) {
-        host = previous;
-        previousOne = true;
-      } else if (previous && previous.id === hostId) {
-        return {
-          ok: false,
-          reason: `the credential of host ${hostId} was replaced by a renewal and its grace ended at ${expires?.toISOString() ?? 'renewal'}; use the renewed credential`,
-        };
-      }
-    }
-    if (!host || host.id !== hostId) return { ok: false, reason: `unknown credential for host ${hostId}` };
-    if (host.deletedAt) {
-      return {
-        ok: false,
-        reason: `host ${hostId} was deleted; register the machine again with a new join token`,
-      };
-    }
-    return { ok: true, host, previous: previousOne };
+  authenticate(hostId: string, credential: string): Promise<AuthenticateResult> {
+    return this.#authentications.call({ hostId, credential });
+  }
+
+  /**
+   * Checks many credentials in one statement (a reconnect wave: every agent of the fleet at once).
+   * Each presented credential is looked up as a host's current one or, during its grace, as the one a
+   * renewal replaced.
+   */
+  async authenticateMany(items: { hostId: string; credential: string }[]): Promise<AuthenticateResult[]> {
+    const hashes = items.map((item) => hashSecret(item.credential));
+    const rows = await this.db.prisma.host.findMany({
+      where: { OR: [{ credentialHash: { in: hashes } }, { previousCredentialHash: { in: hashes } }] },
+    });
+    const byCurrent = new Map(rows.map((row) => [row.credentialHash, row]));
+    const byPrevious = new Map(
+      rows.flatMap((row) => (row.previousCredentialHash ? [[row.previousCredentialHash, row]] : [])),
+    );
+    const now = this.clock.now().getTime();
+    return items.map((item, i) =>
+      judgeCredential(item.hostId, byCurrent.get(hashes[i]!), byPrevious.get(hashes[i]!), now),
+    );
   }
 
   /**
@@ -344,48 +420,90 @@ export class HostService {
     return { credential, issuedAt: now, previousValidUntil };
   }
 
-  /** A welcomed connection: the host is ready again and its workloads are no longer marked unreachable. */
-  async markConnected(
-    hostId: string,
-    input: {
-      replicaId: string;
-      connectionId: string;
-      agentVersion: string;
-      protocolVersion: number;
-      inventory: Inventory;
-    },
-  ): Promise<void> {
-    const now = this.clock.now();
-    const inventory = cleanJson(input.inventory);
-    await this.db.prisma.$transaction([
-      this.db.prisma.host.update({
-        where: { id: hostId },
-        data: {
-          state: 'ready',
-          lastHeartbeatAt: now,
-          unreachableSince: null,
-          connectedReplicaId: input.replicaId,
-          connectionId: input.connectionId,
-          connectedAt: now,
-          agentVersion: cleanText(input.agentVersion, 64),
-          protocolVersion: input.protocolVersion,
-          ...this.inventoryFields(inventory),
-        },
-      }),
-      this.db.prisma.workload.updateMany({
-        where: { hostId, hostUnreachable: true },
-        data: { hostUnreachable: false },
-      }),
-      this.db.prisma.hostEvent.create({
-        data: {
-          hostId,
-          at: now,
-          type: 'connected',
-          message: `agent ${cleanText(input.agentVersion, 64)} connected`,
-          detail: { agentVersion: cleanText(input.agentVersion, 64), protocolVersion: input.protocolVersion },
-        },
-      }),
-    ]);
+  /**
+   * A welcomed connection: the host is ready again and its workloads are no longer marked unreachable.
+   * Hellos arriving together are written together (markConnectedMany).
+   */
+  markConnected(hostId: string, input: ConnectedInput): Promise<void> {
+    return this.#connections.call({ hostId, ...input });
+  }
+
+  /**
+   * Records many welcomed connections in one statement: the hosts' connection fields, their workloads'
+   * unreachable mark cleared, and a `connected` timeline entry each. An inventory equal to the one the
+   * database held at authentication (an agent redialling reuses its last one) is not written again.
+   */
+  async markConnectedMany(items: ({ hostId: string } & ConnectedInput)[]): Promise<void> {
+    // A host twice in one statement would leave which connection won to chance: one per round.
+    let rest = items;
+    while (rest.length > 0) {
+      const seen = new Set<string>();
+      const round: typeof items = [];
+      const later: typeof items = [];
+      for (const item of rest) {
+        if (seen.has(item.hostId)) later.push(item);
+        else {
+          seen.add(item.hostId);
+          round.push(item);
+        }
+      }
+      await this.#markConnectedRound(round);
+      rest = later;
+    }
+  }
+
+  async #markConnectedRound(items: ({ hostId: string } & ConnectedInput)[]): Promise<void> {
+    const now = this.clock.now().toISOString();
+    const rows = items.map((item) => {
+      const inventory = cleanJson(item.inventory);
+      const write = item.storedInventory === undefined || !sameJson(inventory, item.storedInventory);
+      const agentVersion = cleanText(item.agentVersion, 64);
+      return {
+        id: item.hostId,
+        replica_id: item.replicaId,
+        connection_id: item.connectionId,
+        agent_version: agentVersion,
+        protocol_version: item.protocolVersion,
+        write_inventory: write,
+        ...(write ? this.inventoryColumns(inventory) : {}),
+      };
+    });
+    const connected = `state = 'ready', last_heartbeat_at = $2, unreachable_since = NULL,
+           connected_replica_id = v.replica_id, connection_id = v.connection_id, connected_at = $2,
+           agent_version = v.agent_version, protocol_version = v.protocol_version, updated_at = $2`;
+    // Two UPDATEs, so the inventory columns are only in the statement that changes them.
+    await this.db.sql.query(
+      `WITH v AS (
+         SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(id text, replica_id text, connection_id text,
+           agent_version text, protocol_version int, write_inventory boolean, inventory jsonb, simulated boolean,
+           gpu_count int, hostname text)),
+       changed AS (
+         UPDATE hosts h SET ${connected}, inventory = v.inventory, simulated = v.simulated,
+           gpu_count = v.gpu_count, hostname = v.hostname
+         FROM v WHERE h.id = v.id AND v.write_inventory RETURNING h.id),
+       unchanged AS (
+         UPDATE hosts h SET ${connected}
+         FROM v WHERE h.id = v.id AND NOT v.write_inventory RETURNING h.id),
+       cleared AS (
+         UPDATE workloads SET host_unreachable = false, updated_at = $2
+         WHERE host_id IN (SELECT id FROM v) AND host_unreachable),
+       logged AS (
+         INSERT INTO host_events (host_id, at, type, message, detail)
+         SELECT v.id, $2, 'connected', 'agent ' || v.agent_version || ' connected',
+                jsonb_build_object('agentVersion', v.agent_version, 'protocolVersion', v.protocol_version)
+         FROM v WHERE v.id IN (SELECT id FROM changed UNION ALL SELECT id FROM unchanged))
+       SELECT 1`,
+      [JSON.stringify(rows), now],
+    );
+  }
+
+  private inventoryColumns(inventory: Inventory) {
+    return {
+      inventory,
+      simulated: inventory.gpus.simulated,
+      gpu_count: inventory.gpus.devices.length,
+      hostname: cleanText(inventory.host.hostname, 255) || 'unnamed',
+    };
   }
 
   private inventoryFields(inventory: Inventory) {
@@ -404,15 +522,23 @@ export class HostService {
     });
   }
 
-  /** Only the connection that holds the host clears it: a replaced connection's late close changes nothing. */
-  async markDisconnected(hostId: string, connectionId: string): Promise<void> {
+  /**
+   * Only the connection that holds the host clears it: a replaced connection's late close changes nothing.
+   * Closes arriving together (a control plane shutting down closes every agent) are written together.
+   */
+  markDisconnected(hostId: string, connectionId: string): Promise<void> {
+    return this.#disconnections.call({ hostId, connectionId });
+  }
+
+  async #markDisconnectedMany(items: { hostId: string; connectionId: string }[]): Promise<void> {
     const now = this.clock.now().toISOString();
     await this.db.sql.query(
       `WITH gone AS (
-         UPDATE hosts SET connected_replica_id = NULL, connection_id = NULL, disconnected_at = $3, updated_at = $3
-         WHERE id = $1 AND connection_id = $2 RETURNING id)
+         UPDATE hosts h SET connected_replica_id = NULL, connection_id = NULL, disconnected_at = $3, updated_at = $3
+         FROM unnest($1::text[], $2::text[]) AS x(id, connection_id)
+         WHERE h.id = x.id AND h.connection_id = x.connection_id RETURNING h.id)
        INSERT INTO host_events (host_id, at, type, message) SELECT id, $3, 'disconnected', 'agent disconnected' FROM gone`,
-      [hostId, connectionId, now],
+      [items.map((i) => i.hostId), items.map((i) => i.connectionId), now],
     );
   }
 
@@ -478,11 +604,18 @@ export class HostService {
     return hosts;
   }
 
-  /** The agent applied desired generation `generation`. */
-  async recordAck(hostId: string, generation: number): Promise<void> {
+  /** The agent applied desired generation `generation` (acks arriving together are written together). */
+  recordAck(hostId: string, generation: number): Promise<void> {
+    return this.#acks.call({ hostId, generation });
+  }
+
+  async #recordAcks(acks: { hostId: string; generation: number }[]): Promise<void> {
     await this.db.sql.query(
-      'UPDATE hosts SET acked_generation = GREATEST(COALESCE(acked_generation, 0), $2) WHERE id = $1',
-      [hostId, generation],
+      `UPDATE hosts h SET acked_generation = GREATEST(COALESCE(h.acked_generation, 0), a.generation)
+       FROM (SELECT id, max(generation) AS generation FROM unnest($1::text[], $2::int[]) AS x(id, generation)
+             GROUP BY id) AS a
+       WHERE h.id = a.id`,
+      [acks.map((a) => a.hostId), acks.map((a) => a.generation)],
     );
   }
 
