@@ -12,9 +12,11 @@
 //    (`allocate`); each worker placing one cluster at a time through `allocateJoined`, as parallel creates do
 //    (calls arriving while a statement runs go together in the next one); the queue drained in batches of
 //    BENCH_PLACEMENT_BATCH (50) pending clusters per statement and commit (`allocateMany`, as the supervisor
-//    does). Only placements whose statement
-//    returned (committed) count; afterwards every GPU is checked to be held at most once and the capacity
-//    rows against the allocations.
+//    does); and concurrent single creates as POST /v1/clusters commits them (ClusterCreation: each cluster
+//    registered, inserted, placed and its workload written in one statement and commit). Only placements
+//    whose statement returned (committed) count; afterwards every GPU is checked to be held at most once
+//    and the capacity rows against the allocations. The same workers then commit one-row UPDATEs: the
+//    machine's own commit rate in that run, the peer the figures are read against (the machine is shared).
 // Run: `npm run bench` (all benches) or `node --import tsx bench/cluster-create.ts`.
 // Needs Docker (part 1) and ANVIL_TEST_POSTGRES_URL (part 2); a part without its dependency is skipped.
 // BENCH_CLUSTER_PARTS=create (or =placement) runs one part only; unset or `all` runs both.
@@ -241,7 +243,7 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
       `${label}: ${r.placed}/${placements} in ${r.seconds.toFixed(2)} s, ${r.perSecond.toFixed(0)} placements/s` +
       `${r.others.length > 0 ? ` (not placed: ${r.others.join(', ')})` : ''}`;
     print(
-      `scheduler: placements committed to PostgreSQL with ${HOSTS} hosts, ${CONCURRENCY} workers (target >= 1000/s): ` +
+      `scheduler: placements committed to PostgreSQL with ${HOSTS} hosts, ${CONCURRENCY} workers (target: single creates >= 2000/s): ` +
         `${line('one statement and commit each', single)}; ${line('one at a time per worker, joined', joined)}; ` +
         `${line(`batches of ${BATCH} per statement and commit`, batched)}; ` +
         `${line('concurrent single creates, each registered, inserted and placed in one statement and commit (ClusterCreation)', created)}; ` +
