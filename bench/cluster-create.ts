@@ -12,15 +12,19 @@
 //    (`allocate`); each worker placing one cluster at a time through `allocateJoined`, as parallel creates do
 //    (calls arriving while a statement runs go together in the next one); the queue drained in batches of
 //    BENCH_PLACEMENT_BATCH (50) pending clusters per statement and commit (`allocateMany`, as the supervisor
-//    does). Only placements whose statement
-//    returned (committed) count; afterwards every GPU is checked to be held at most once and the capacity
-//    rows against the allocations.
+//    does); and concurrent single creates as POST /v1/clusters commits them (ClusterCreation: each cluster
+//    registered, inserted, placed and its workload written in one statement and commit). Only placements
+//    whose statement returned (committed) count; afterwards every GPU is checked to be held at most once
+//    and the capacity rows against the allocations. The same workers then commit one-row UPDATEs: the
+//    machine's own commit rate in that run, the peer the figures are read against (the machine is shared).
 // Run: `npm run bench` (all benches) or `node --import tsx bench/cluster-create.ts`.
 // Needs Docker (part 1) and ANVIL_TEST_POSTGRES_URL (part 2); a part without its dependency is skipped.
 // BENCH_CLUSTER_PARTS=create (or =placement) runs one part only; unset or `all` runs both.
 import { loadavg } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { systemClock } from '../control-plane/src/auth/clock.ts';
+import { ClusterCreation, clusterDraft } from '../control-plane/src/clusters/creation.ts';
+import { workloadSpecOf } from '../control-plane/src/clusters/service.ts';
 import { type Database, openPostgres } from '../control-plane/src/db/index.ts';
 import { Allocator } from '../control-plane/src/scheduler/allocator.ts';
 import { driftedHosts } from '../control-plane/src/scheduler/capacity.ts';
@@ -28,6 +32,7 @@ import { insertSimulatedHosts } from '../control-plane/src/scheduler/simulated-h
 import { call } from '../control-plane/src/testing/accounts.ts';
 import { createTestApp } from '../control-plane/src/testing/app.ts';
 import { createTestDatabase } from '../control-plane/src/testing/database.ts';
+import { validSpec } from '../control-plane/src/workloads/workloads.ts';
 import { startAgent } from '../test/agent/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../test/fixtures/images/busybox.ts';
 import { testDocker } from '../test/fixtures/images/docker.ts';
@@ -227,6 +232,7 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
     const single = await phase(ids.slice(0, placements), 1);
     const joined = await phase(ids.slice(placements, 2 * placements), 'joined');
     const batched = await phase(ids.slice(2 * placements), BATCH);
+    const created = await createPhase(db, placements);
     const duplicates = await db.sql.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM (SELECT host_id, i FROM clusters, unnest(gpu_indices) AS i
         WHERE cardinality(gpu_indices) > 0 GROUP BY host_id, i HAVING count(*) > 1) AS d`,
@@ -237,11 +243,13 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
       `${label}: ${r.placed}/${placements} in ${r.seconds.toFixed(2)} s, ${r.perSecond.toFixed(0)} placements/s` +
       `${r.others.length > 0 ? ` (not placed: ${r.others.join(', ')})` : ''}`;
     print(
-      `scheduler: placements committed to PostgreSQL with ${HOSTS} hosts, ${CONCURRENCY} workers (target >= 1000/s): ` +
+      `scheduler: placements committed to PostgreSQL with ${HOSTS} hosts, ${CONCURRENCY} workers (target: single creates >= 2000/s): ` +
         `${line('one statement and commit each', single)}; ${line('one at a time per worker, joined', joined)}; ` +
         `${line(`batches of ${BATCH} per statement and commit`, batched)}; ` +
+        `${line('concurrent single creates, each registered, inserted and placed in one statement and commit (ClusterCreation)', created)}; ` +
         `GPUs held twice: ${duplicates[0]?.n}; hosts whose capacity rows disagree with the allocations: ${drifted.length}; ` +
-        `same run, one-row UPDATE transactions: ${ceiling.toFixed(0)}/s; load average ${loadavg()[0]!.toFixed(1)}`,
+        `same run, one-row UPDATE transactions: ${ceiling.toFixed(0)}/s (single creates ${(created.perSecond / ceiling).toFixed(2)} of it); ` +
+        `load average ${loadavg()[0]!.toFixed(1)}`,
     );
     const perSecond = batched.perSecond;
     return { perSecond };
@@ -249,6 +257,66 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
     await db.close();
     await database.drop();
   }
+}
+
+/**
+ * Concurrent single creates as POST /v1/clusters commits them (ClusterService.create): CONCURRENCY workers,
+ * each creating one 1-GPU cluster at a time through ClusterCreation, one statement and one commit each
+ * (registered, inserted, placed, its workload in the host's desired set). Only creates that came back
+ * placed count.
+ */
+async function createPhase(db: Database, creates: number) {
+  await db.sql.query(
+    `INSERT INTO accounts (id, name, created_at, updated_at) VALUES ('acc_bench', 'bench', now(), now())`,
+  );
+  const creation = new ClusterCreation(db);
+  const request = {
+    gpuType: 'H100' as const,
+    gpuCount: 1,
+    cpuCores: 1,
+    memoryGb: 1,
+    storageGb: 1,
+    region: null,
+    hostId: null,
+  };
+  let next = 0;
+  const outcomes = new Map<string, number>();
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < creates) {
+        const id = `cluster_create_${String(next++).padStart(6, '0')}`;
+        const cluster = {
+          id,
+          accountId: 'acc_bench',
+          ownerId: 'usr_bench',
+          name: id,
+          description: null,
+          projectId: null,
+          templateId: null,
+          dockerImage: 'busybox',
+          command: [],
+          env: {},
+          ports: [],
+          sshEnabled: false,
+          expiresAt: null,
+          createdAt: systemClock.now(),
+        };
+        const spec = validSpec(id, workloadSpecOf(clusterDraft(cluster, request), []));
+        const outcome = await creation.create(cluster, {
+          request,
+          spec,
+          pendingReason: 'waiting',
+          placedOnly: false,
+        });
+        outcomes.set(outcome.kind, (outcomes.get(outcome.kind) ?? 0) + 1);
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  const placed = outcomes.get('placed') ?? 0;
+  const others = [...outcomes].filter(([kind]) => kind !== 'placed').map(([kind, n]) => `${kind} ${n}`);
+  return { placed, seconds, perSecond: placed / seconds, others };
 }
 
 /**

@@ -1,5 +1,5 @@
 import { ApiError } from '@anvil/shared';
-import type { AccessControl, Actor } from '../auth/access.ts';
+import type { AccessControl, Actor, MemberAccess } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Resource } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
@@ -29,17 +29,28 @@ export class ResourceDirectory {
     private readonly activity: ActivityTracker,
   ) {}
 
-  async register(actor: Actor, input: RegisterInput): Promise<Resource> {
-    const type = input.type ?? resourceTypeOf(input.id);
-    if (!type) throw new Error(`register resource ${input.id}: unknown id prefix and no type given`);
+  /**
+   * The member `actor` is, once their role allows them one more resource of `type` (maxClusters,
+   * maxEndpoints): the check register makes, for an area that writes the directory row itself in the
+   * statement that creates the resource (clusters/create-sql.ts).
+   */
+  async admit(actor: Actor, type: string): Promise<MemberAccess> {
     const member = await this.access.caller(actor);
     const limit = LIMIT_OF_TYPE[type];
-    if (limit) {
+    // Counted only for a role that has the limit: the common create pays no read for it.
+    if (limit && member.resolved.limitations[limit] !== undefined) {
       const current = await this.db.prisma.resource.count({
         where: { accountId: member.accountId, ownerId: member.userId, type, deletedAt: null },
       });
       this.access.assertWithinLimit(member, limit, current);
     }
+    return member;
+  }
+
+  async register(actor: Actor, input: RegisterInput): Promise<Resource> {
+    const type = input.type ?? resourceTypeOf(input.id);
+    if (!type) throw new Error(`register resource ${input.id}: unknown id prefix and no type given`);
+    const member = await this.admit(actor, type);
     const row = await this.db.prisma.resource.create({
       data: {
         id: input.id,

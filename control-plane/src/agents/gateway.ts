@@ -508,7 +508,10 @@ export class AgentGateway {
     this.#started = true;
     this.#unsubscribe.push(
       this.#o.events.onDesiredChanged(async (hostId) => {
-        await Promise.all([this.pushDesired(hostId), this.#publish({ t: 'desired', hostId })]);
+        // Held here, the host has no connection on another process (`connected` closed it there), and a
+        // NOTIFY would cost this change a commit PostgreSQL serialises with every other NOTIFY.
+        if (this.#byHost.has(hostId)) await this.pushDesired(hostId);
+        else await this.#publish({ t: 'desired', hostId });
       }),
       this.#o.events.onHostDeleted(async (hostId) => {
         await Promise.all([

@@ -5,6 +5,7 @@ import { PriceTable } from '../billing/prices.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
 import { Allocator } from '../scheduler/allocator.ts';
+import { ClusterCreation } from './creation.ts';
 import { type FailedGpuPolicy, FailedGpuWorkloads } from './failed-gpus.ts';
 import { ClusterOperations } from './operations.ts';
 import type { TemplateResolverLike } from './requests.ts';
@@ -42,7 +43,12 @@ export function createClusters(deps: {
 }): Clusters {
   let logger: Pick<Logger, 'info' | 'warn' | 'error'> = { info() {}, warn() {}, error() {} };
   const allocator = new Allocator(deps.db, deps.clock);
-  const service = new ClusterService({ ...deps, allocator, logger: () => logger });
+  const service = new ClusterService({
+    ...deps,
+    allocator,
+    creation: new ClusterCreation(deps.db),
+    logger: () => logger,
+  });
   let supervisor: ClusterSupervisor | null = null;
   const operations = new ClusterOperations({
     ...deps,

@@ -12,8 +12,9 @@ import { type Allocator, TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { GpuType } from '../scheduler/gpu-types.ts';
 import type { PlacementRequest } from '../scheduler/placement.ts';
 import { requestedLimits } from '../workloads/limits.ts';
-import type { WorkloadSpecInput } from '../workloads/workloads.ts';
+import { validSpec, type WorkloadSpecInput } from '../workloads/workloads.ts';
 import { ClusterAccess, notFound } from './access.ts';
+import { type ClusterCreation, clusterDraft, type NewCluster } from './creation.ts';
 import { snapshotSource } from './from-snapshot.ts';
 import {
   type BillingCutoff,
@@ -50,6 +51,8 @@ export interface ClusterServiceDeps {
   fleet: Fleet;
   accounts: AccountServices;
   allocator: Allocator;
+  /** The create statement (creation.ts). */
+  creation: ClusterCreation;
   templates?: TemplateResolverLike | null;
   parts?: ClusterViewParts;
   /** The clusters component's logger (a getter: the app hands it over after construction). */
@@ -140,77 +143,71 @@ export class ClusterService {
     requireOwnImage(accountId, input.dockerImage);
     const id = newId('cluster');
     await this.d.accounts.computeHours.assertBelow(actor, 'clusters');
-    // Registering enforces the role's maxClusters and makes the cluster shareable.
-    await this.d.accounts.resources.register(actor, { id, name: input.name, type: 'cluster' });
-    let created: Cluster;
-    try {
-      created = await this.d.db.prisma.cluster.create({
-        data: {
-          id,
-          accountId,
-          ownerId: actor.principal.userId,
-          name: input.name,
-          description: input.description,
-          status: 'pending',
-          gpuType: input.gpuType,
-          gpuCount: input.gpuCount,
-          cpuCores: input.cpuCores,
-          memoryGb: input.memoryGb,
-          storageGb: input.storageGb,
-          region: input.region,
-          projectId: input.projectId,
-          templateId: input.templateId,
-          dockerImage: input.dockerImage,
-          command: input.command,
-          env: input.env,
-          ports: input.ports as unknown as Prisma.InputJsonValue,
-          sshEnabled: input.sshEnabled,
-          expiresAt: input.expiresAt,
-          gpuIndices: [],
-          createdAt: now,
-        },
-      });
-    } catch (error) {
-      await this.d.accounts.resources.remove(accountId, id);
-      throw error;
-    }
-    // Creates arriving together share placement statements and commits (Allocator.allocateJoined).
-    const request = placementRequestOf(created, false);
-    const outcome = await this.d.allocator.allocateJoined(
+    // The role's maxClusters; the directory row is written with the cluster (it makes it shareable).
+    const member = await this.d.accounts.resources.admit(actor, 'cluster');
+    const cluster: NewCluster = {
       id,
-      snapshot ? { ...request, region: null, hostId: snapshot.hostId } : request,
-    );
-    if (outcome.kind === 'impossible') {
-      await this.d.db.prisma.cluster.delete({ where: { id } });
-      await this.d.accounts.resources.remove(accountId, id);
-      throw new ApiError(
-        'INSUFFICIENT_RESOURCES',
-        `no host could ever fit ${input.gpuCount} x ${input.gpuType}${input.region ? ` in ${input.region}` : ''} with ${input.cpuCores} CPU cores, ${input.memoryGb} GB memory and ${input.storageGb} GB storage`,
-        {
-          requestedGpuType: input.gpuType,
-          availableGpuTypes: outcome.availableGpuTypes,
-          requestedGpuCount: input.gpuCount,
-          region: input.region,
-        },
-      );
+      accountId,
+      ownerId: member.userId,
+      name: input.name,
+      description: input.description,
+      projectId: input.projectId,
+      templateId: input.templateId,
+      dockerImage: input.dockerImage,
+      command: input.command,
+      env: input.env as Record<string, string>,
+      ports: input.ports as unknown[],
+      sshEnabled: input.sshEnabled,
+      expiresAt: input.expiresAt,
+      createdAt: now,
+    };
+    const draft = clusterDraft(cluster, input);
+    const request = placementRequestOf(draft, false);
+    const options = {
+      request: snapshot ? { ...request, region: null, hostId: snapshot.hostId } : request,
+      spec: validSpec(id, workloadSpecOf(draft, [])),
+      pendingReason: pendingReason(draft, false),
+      // A pending cluster is placed later on any host, where its snapshot is not: refused now instead.
+      placedOnly: snapshot !== null,
+    };
+    // One statement: registered, inserted and placed (or pending), committed together, or nothing written.
+    let outcome = await this.d.creation.create(cluster, options);
+    if (outcome.kind === 'refused' && !outcome.couldFit) {
+      // An inventory may have grown or a host joined since the capacity rows were synced: once more.
+      await this.d.allocator.sync();
+      outcome = await this.d.creation.create(cluster, options);
     }
-    if (snapshot && outcome.kind !== 'placed') {
-      // A pending cluster is placed later on any host, where its snapshot is not: refuse it now instead.
-      await this.d.db.prisma.cluster.delete({ where: { id } });
-      await this.d.accounts.resources.remove(accountId, id);
+    if (outcome.kind === 'refused') {
+      if (!outcome.couldFit) {
+        const verdict = await this.d.allocator.classify(options.request);
+        throw new ApiError(
+          'INSUFFICIENT_RESOURCES',
+          `no host could ever fit ${input.gpuCount} x ${input.gpuType}${input.region ? ` in ${input.region}` : ''} with ${input.cpuCores} CPU cores, ${input.memoryGb} GB memory and ${input.storageGb} GB storage`,
+          {
+            requestedGpuType: input.gpuType,
+            availableGpuTypes: verdict.kind === 'impossible' ? verdict.availableGpuTypes : [],
+            requestedGpuCount: input.gpuCount,
+            region: input.region,
+          },
+        );
+      }
       throw new ApiError(
         'CONFLICT',
-        `the host holding snapshot ${snapshot.image} has no room for ${input.gpuCount} x ${input.gpuType} now`,
-        { field: 'from_snapshot', host_id: snapshot.hostId },
+        `the host holding snapshot ${snapshot?.image} has no room for ${input.gpuCount} x ${input.gpuType} now`,
+        { field: 'from_snapshot', host_id: snapshot?.hostId },
       );
     }
-    if (outcome.kind === 'placed') await this.ensureWorkload(id);
-    else if (outcome.kind === 'busy') {
-      await this.d.db.prisma.cluster.updateMany({
-        where: { id, status: 'pending' },
-        data: { statusReason: pendingReason(created, false) },
-      });
+    this.#kick();
+    if (outcome.kind === 'placed') {
+      // Committed: the host's agent gets its new desired set now, without this answer waiting for it.
+      void this.d.fleet.events.desiredChanged(outcome.placement.hostId);
+      return outcome.cluster;
     }
+    // No host had room at that moment (or each was locked by another create): the full attempt, which
+    // waits for locked hosts, syncs new hosts, then queues it and reserves a host for the queue's head.
+    // (The supervisor, kicked above, may place it first: then this is `gone`, and the row says where.)
+    const placed = await this.d.allocator.allocate(id, options.request);
+    if (placed.kind === 'placed') await this.ensureWorkload(id);
     return this.row(id);
   }
 

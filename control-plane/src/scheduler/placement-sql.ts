@@ -20,17 +20,53 @@ import { RESERVATION_COUNTS } from './reservations.ts';
  * set; the statement checks that the others are null.
  */
 function placementSql(variant: PlacementVariant): string {
-  const { waitForLocks, region, pinned } = variant;
   return `
 WITH me AS MATERIALIZED (
   SELECT k.created_at FROM clusters k WHERE k.id = $1::text AND k.status = 'pending' AND k.deleted_at IS NULL
-), pick AS MATERIALIZED (
+), pick AS MATERIALIZED (${pickSql(variant, { guard: 'EXISTS (SELECT 1 FROM me)', createdAt: 'me.created_at', fifoFrom: ', me' })}
+), placed AS (
+  UPDATE clusters k
+     SET host_id = p.host_id, gpu_indices = p.idx, status = 'starting', status_reason = NULL, queued_at = NULL,
+         region = COALESCE(k.region, p.region),
+         hourly_rate = COALESCE((SELECT g.hourly_rate FROM gpu_prices g WHERE g.gpu_type = k.gpu_type), 0) * k.gpu_count,
+         updated_at = $9::timestamptz
+    FROM pick p
+   WHERE k.id = $1::text AND k.status = 'pending' AND k.deleted_at IS NULL
+  RETURNING k.host_id, k.gpu_indices, k.hourly_rate, k.cpu_cores, k.memory_gb, k.storage_gb
+), ${TAKE_CAPACITY_CTES}
+SELECT (SELECT count(*) FROM me)::int AS waiting,
+       (SELECT count(*) FROM pick)::int AS picked,
+       p.host_id, p.gpu_indices, p.hourly_rate,
+       ARRAY(SELECT pk.gpu_uuids[array_position(pk.gpu_indices, i.x)]
+               FROM unnest(p.gpu_indices) WITH ORDINALITY AS i(x, n) ORDER BY i.n) AS gpu_uuids,
+       -- Not placed: could a host ever fit it (busy) or none (impossible)? Judged on the snapshot the
+       -- pick saw, so capacity appearing in between cannot make a miss look busy.
+       CASE WHEN p.host_id IS NULL THEN ${couldFitSql(variant)} END AS could_fit
+  FROM (SELECT 1) AS one
+  LEFT JOIN placed p ON true
+  LEFT JOIN pick pk ON true`;
+}
+
+/**
+ * The body of the `pick` CTE: the best-fit host for the request in $2..$8 (parameters as above), locked
+ * (`FOR UPDATE OF c, a`), with the GPU indices it gives (`idx`), the capacity row's indices and UUIDs, and
+ * the host's region. `guard` is a condition that must hold for anything to be picked (the cluster is still
+ * pending); `createdAt` is the cluster's created_at for the FIFO rule, and `fifoFrom` what the FIFO
+ * subquery needs in its FROM list for it. Shared by the placement statement and the create statement
+ * (clusters/create-sql.ts), so both place by the same rules.
+ */
+export function pickSql(
+  variant: PlacementVariant,
+  at: { guard: string; createdAt: string; fifoFrom: string },
+): string {
+  const { waitForLocks, region, pinned } = variant;
+  return `
   SELECT c.host_id, c.gpu_indices, c.gpu_uuids, c.free_indices[1:$3::int] AS idx, h.region
     FROM host_capacity c
     JOIN hosts h ON h.id = c.host_id
     JOIN host_allocations a ON a.host_id = c.host_id
    WHERE c.gpu_type = $2::text AND c.free_count >= $3::int
-     AND EXISTS (SELECT 1 FROM me)
+     AND ${at.guard}
      AND h.deleted_at IS NULL AND h.state = 'ready' AND NOT h.cordoned
      AND ${region ? 'h.region = $7::text' : '$7::text IS NULL'}
      AND ${pinned ? 'c.host_id = $8::text' : '$8::text IS NULL'}
@@ -49,24 +85,37 @@ WITH me AS MATERIALIZED (
        pinned
          ? ''
          : `AND NOT EXISTS (
-          SELECT 1 FROM clusters q, me
+          SELECT 1 FROM clusters q${at.fifoFrom}
            WHERE q.status = 'pending' AND q.queued_at IS NOT NULL AND q.host_id IS NULL AND q.deleted_at IS NULL
              AND q.gpu_type = $2::text AND q.gpu_count <= $3::int AND ${region ? 'q.region = $7::text' : 'q.region IS NULL'}
-             AND (q.created_at, q.id) < (me.created_at, $1::text))`
+             AND (q.created_at, q.id) < (${at.createdAt}, $1::text))`
      }
    ORDER BY c.free_count, c.host_id
    LIMIT 1
-   FOR UPDATE OF c, a${waitForLocks ? '' : ' SKIP LOCKED'}
-), placed AS (
-  UPDATE clusters k
-     SET host_id = p.host_id, gpu_indices = p.idx, status = 'starting', status_reason = NULL, queued_at = NULL,
-         region = COALESCE(k.region, p.region),
-         hourly_rate = COALESCE((SELECT g.hourly_rate FROM gpu_prices g WHERE g.gpu_type = k.gpu_type), 0) * k.gpu_count,
-         updated_at = $9::timestamptz
-    FROM pick p
-   WHERE k.id = $1::text AND k.status = 'pending' AND k.deleted_at IS NULL
-  RETURNING k.host_id, k.gpu_indices, k.hourly_rate, k.cpu_cores, k.memory_gb, k.storage_gb
-), taken AS (
+   FOR UPDATE OF c, a${waitForLocks ? '' : ' SKIP LOCKED'}`;
+}
+
+/**
+ * Whether some host, empty, could ever fit the request ($2..$8): true means a miss is busy (wait), false
+ * impossible.
+ */
+export function couldFitSql({ region, pinned }: PlacementVariant): string {
+  return `EXISTS (
+         SELECT 1 FROM host_capacity c2 JOIN hosts h2 ON h2.id = c2.host_id
+          WHERE h2.deleted_at IS NULL AND c2.gpu_type = $2::text AND cardinality(c2.gpu_indices) >= $3::int
+            AND ${region ? 'h2.region = $7::text' : 'true'} AND ${pinned ? 'c2.host_id = $8::text' : 'true'}
+            AND (c2.cpu_threads IS NULL OR c2.cpu_threads >= $4::int)
+            AND (c2.memory_gb IS NULL OR c2.memory_gb >= $5::int)
+            AND (c2.disk_gb IS NULL OR c2.disk_gb >= $6::int))`;
+}
+
+/**
+ * CTEs `taken` and `held`: the capacity the clusters of CTE `placed(host_id, cpu_cores, memory_gb,
+ * storage_gb)` take on their hosts (its GPU indices from the front of free_indices, its CPU, memory and
+ * disk), and the reservation a placed cluster ($1) held there, cleared. Only from rows `placed` returned,
+ * so capacity is never taken for a cluster row that was not written.
+ */
+export const TAKE_CAPACITY_CTES = `taken AS (
   UPDATE host_capacity c
      SET free_indices = c.free_indices[$3::int + 1:], free_count = c.free_count - $3::int, updated_at = $9::timestamptz
     FROM placed p
@@ -86,25 +135,7 @@ WITH me AS MATERIALIZED (
          updated_at = $9::timestamptz
     FROM placed p
    WHERE a.host_id = p.host_id
-)
-SELECT (SELECT count(*) FROM me)::int AS waiting,
-       (SELECT count(*) FROM pick)::int AS picked,
-       p.host_id, p.gpu_indices, p.hourly_rate,
-       ARRAY(SELECT pk.gpu_uuids[array_position(pk.gpu_indices, i.x)]
-               FROM unnest(p.gpu_indices) WITH ORDINALITY AS i(x, n) ORDER BY i.n) AS gpu_uuids,
-       -- Not placed: could a host ever fit it (busy) or none (impossible)? Judged on the snapshot the
-       -- pick saw, so capacity appearing in between cannot make a miss look busy.
-       CASE WHEN p.host_id IS NULL THEN EXISTS (
-         SELECT 1 FROM host_capacity c2 JOIN hosts h2 ON h2.id = c2.host_id
-          WHERE h2.deleted_at IS NULL AND c2.gpu_type = $2::text AND cardinality(c2.gpu_indices) >= $3::int
-            AND ${region ? 'h2.region = $7::text' : 'true'} AND ${pinned ? 'c2.host_id = $8::text' : 'true'}
-            AND (c2.cpu_threads IS NULL OR c2.cpu_threads >= $4::int)
-            AND (c2.memory_gb IS NULL OR c2.memory_gb >= $5::int)
-            AND (c2.disk_gb IS NULL OR c2.disk_gb >= $6::int)) END AS could_fit
-  FROM (SELECT 1) AS one
-  LEFT JOIN placed p ON true
-  LEFT JOIN pick pk ON true`;
-}
+)`;
 
 export interface PlacementVariant {
   /**

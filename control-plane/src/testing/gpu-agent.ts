@@ -20,6 +20,8 @@ import { waitFor } from './wait.ts';
 export interface GpuTestAgent {
   hostId: string;
   inventory: Inventory;
+  /** Every message the control plane sent it, in order. */
+  received: readonly Record<string, unknown>[];
   send(message: object): void;
   /** One metrics sample with these GPUs. */
   sendGpus(gpus: GpuMetrics[]): void;
@@ -144,6 +146,7 @@ export async function connectGpuAgent(t: TestApp, url: string, inventory: Invent
   return {
     hostId: registered.hostId,
     inventory,
+    received,
     send,
     sendGpus: (gpus) =>
       send(

@@ -66,7 +66,8 @@ export interface CreateWorkloadInput {
 
 let specChecker: TypeCheck<typeof WorkloadSpec> | null = null;
 
-function validSpec(id: string, input: WorkloadSpecInput): WorkloadSpecValue {
+/** The spec as stored and sent for workload `id`, or 400 VALIDATION_ERROR naming the field that is wrong. */
+export function validSpec(id: string, input: WorkloadSpecInput): WorkloadSpecValue {
   specChecker ??= TypeCompiler.Compile(WorkloadSpec);
   // Secret env and files are filled in as the desired set is sent (useSpecResolver), never stored.
   const { secretEnv: _env, files: _files, ...spec } = input;

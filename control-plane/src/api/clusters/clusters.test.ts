@@ -12,7 +12,8 @@ describe('cluster API: placement, errors, bad input, isolation', () => {
   let t: TestApp;
 
   beforeAll(async () => {
-    t = await createTestApp();
+    // The simulated hosts never send a heartbeat: a grace period no loaded machine outlasts keeps them ready.
+    t = await createTestApp({ env: { ANVIL_HOST_GRACE_SECONDS: '3600' } });
     // 8 hosts x 2 H100 in us-east-1, 1 host x 1 A100 in eu-west-1.
     await insertSimulatedHosts(t.context.db, {
       prefix: 'h',
