@@ -39,7 +39,7 @@ function ratesFromEnv(): number[] {
 const DEFAULTS: BenchOptions = {
   rates: ratesFromEnv(),
   durationSeconds: Number(process.env['BENCH_AUTH_SECONDS'] ?? '10'),
-  warmupSeconds: 3,
+  warmupSeconds: 10,
   rounds: 2,
 };
 
