@@ -3,6 +3,16 @@ declare module 'autocannon' {
   export interface Client {
     setHeaders(headers: Record<string, string>): void;
   }
+  /** The request a `setupRequest` callback may change before it is sent. */
+  export interface RequestParams {
+    method?: string;
+    path?: string;
+    headers?: Record<string, string>;
+    body?: string | Buffer;
+  }
+  export interface RequestOptions extends RequestParams {
+    setupRequest?: (request: RequestParams, context: Record<string, unknown>) => RequestParams;
+  }
   export interface Options {
     url: string;
     connections?: number;
@@ -11,6 +21,7 @@ declare module 'autocannon' {
     /** Requests per second over all connections (a fixed offered rate instead of saturation). */
     overallRate?: number;
     headers?: Record<string, string>;
+    requests?: RequestOptions[];
     setupClient?: (client: Client) => void;
   }
   export interface Histogram {

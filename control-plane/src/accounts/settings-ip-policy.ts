@@ -1,10 +1,16 @@
 import { ApiError } from '@anvil/shared';
 import type { Database } from '../db/index.ts';
 import { IpRules } from '../proxy/ip-rules.ts';
+import { RefreshedCache } from '../util/refreshed-cache.ts';
 
 const CHANNEL = 'anvil_ip_policy_changed';
-/** How long an account's compiled list is trusted; every change also notifies every process at once. */
-const TTL_MS = 5_000;
+/**
+ * The oldest an account's compiled list may be when it is enforced; every change also notifies every
+ * process at once, so this bounds a missed notification only.
+ */
+const MAX_AGE_MS = 5_000;
+/** The lists in use are re-read together this often, in one query, so none expires under a request. */
+const REFRESH_MS = 2_500;
 
 type Json = Record<string, unknown>;
 
@@ -33,11 +39,19 @@ export function ipNotAllowed(ip: string | null): ApiError {
  * on a warm cache; a change to the settings drops the entry in every process (LISTEN/NOTIFY).
  */
 export class AccountIpPolicy {
-  private readonly cache = new Map<string, { rules: IpRules | null; at: number }>();
+  private readonly cache: RefreshedCache<IpRules | null>;
   private readonly loading = new Map<string, Promise<IpRules | null>>();
   private unlisten: (() => Promise<void>) | null = null;
 
-  constructor(private readonly db: Database) {}
+  constructor(private readonly db: Database) {
+    this.cache = new RefreshedCache<IpRules | null>({
+      name: 'account address list',
+      loadMany: (accountIds) => this.loadMany(accountIds),
+      refreshEveryMs: REFRESH_MS,
+      maxAgeMs: MAX_AGE_MS,
+      now: Date.now,
+    });
+  }
 
   async start(): Promise<void> {
     this.unlisten = await this.db.listen(CHANNEL, (accountId) => this.forget(accountId));
@@ -46,6 +60,7 @@ export class AccountIpPolicy {
   async stop(): Promise<void> {
     await this.unlisten?.();
     this.unlisten = null;
+    await this.cache.stop();
   }
 
   private forget(accountId: string): void {
@@ -59,10 +74,15 @@ export class AccountIpPolicy {
     await this.db.notify(CHANNEL, accountId);
   }
 
+  /** Re-reads the lists in use now, in one query (what the background timer does every 2.5 s). */
+  refreshCached(): Promise<void> {
+    return this.cache.refresh();
+  }
+
   /** null when `ip` may reach the account, else the refusal; synchronous when the list is cached. */
   admit(accountId: string, ip: string | null): ApiError | null | Promise<ApiError | null> {
-    const cached = this.cache.get(accountId);
-    if (cached && Date.now() - cached.at < TTL_MS) return verdict(cached.rules, ip);
+    const rules = this.cache.get(accountId);
+    if (rules !== undefined) return verdict(rules, ip);
     return this.rulesOf(accountId).then((rules) => verdict(rules, ip));
   }
 
@@ -75,13 +95,13 @@ export class AccountIpPolicy {
   private rulesOf(accountId: string): Promise<IpRules | null> {
     let pending = this.loading.get(accountId);
     if (!pending) {
-      const load = this.db.prisma.accountSettings
-        .findUnique({ where: { accountId }, select: { data: true } })
-        .then((row) => {
-          const list = enforcedList(row?.data ?? null);
-          const rules = list === null ? null : new IpRules(list);
+      const generation = this.cache.currentGeneration;
+      const readAt = Date.now();
+      const load = this.loadMany([accountId])
+        .then((found) => {
+          const rules = found.get(accountId) ?? null;
           // A change while loading dropped this load: its (old) answer is not cached.
-          if (this.loading.get(accountId) === load) this.cache.set(accountId, { rules, at: Date.now() });
+          if (this.loading.get(accountId) === load) this.cache.set(accountId, rules, readAt, generation);
           return rules;
         })
         .finally(() => {
@@ -91,6 +111,20 @@ export class AccountIpPolicy {
       pending = load;
     }
     return pending;
+  }
+
+  /** The compiled list of every account asked for: null where it enforces none (most have no settings row). */
+  private async loadMany(accountIds: string[]): Promise<Map<string, IpRules | null>> {
+    const rows = await this.db.prisma.accountSettings.findMany({
+      where: { accountId: { in: accountIds } },
+      select: { accountId: true, data: true },
+    });
+    const found = new Map<string, IpRules | null>(accountIds.map((id) => [id, null]));
+    for (const row of rows) {
+      const list = enforcedList(row.data);
+      found.set(row.accountId, list === null ? null : new IpRules(list));
+    }
+    return found;
   }
 }
 

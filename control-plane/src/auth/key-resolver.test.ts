@@ -16,6 +16,8 @@ describe('key resolver: unknown keys cached negatively', () => {
   let accountId: string;
   let userId: string;
   let lookups = 0;
+  /** Keys asked for by each batched re-read. */
+  const batchLookups: number[] = [];
 
   /** The database as a resolver sees it, counting key lookups. */
   const counted = () =>
@@ -30,6 +32,10 @@ describe('key resolver: unknown keys cached negatively', () => {
               findUnique: (args: Parameters<typeof prisma.apiKey.findUnique>[0]) => {
                 lookups += 1;
                 return prisma.apiKey.findUnique(args);
+              },
+              findMany: (args: Parameters<typeof prisma.apiKey.findMany>[0]) => {
+                batchLookups.push(((args?.where?.hash as { in: string[] }) ?? { in: [] }).in.length);
+                return prisma.apiKey.findMany(args);
               },
             };
           },
@@ -48,8 +54,8 @@ describe('key resolver: unknown keys cached negatively', () => {
   });
   afterAll(async () => database.drop());
 
-  async function insertKey(value: string): Promise<void> {
-    await database.db.prisma.apiKey.create({
+  async function insertKey(value: string): Promise<string> {
+    const row = await database.db.prisma.apiKey.create({
       data: {
         id: newId('key'),
         accountId,
@@ -63,6 +69,7 @@ describe('key resolver: unknown keys cached negatively', () => {
         hash: hashApiKey(value),
       },
     });
+    return row.id;
   }
 
   it('asks the database once for a flood of the same unknown key', async () => {
@@ -143,6 +150,118 @@ describe('key resolver: unknown keys cached negatively', () => {
       });
     } finally {
       await resolver.stop();
+    }
+  });
+
+  it('re-reads the keys in use together in the background, so none expires under a request', async () => {
+    const resolver = new KeyResolver({
+      db: counted() as never,
+      clock: systemClock,
+      // No timer during the test: it re-reads when told to, as the timer would.
+      cacheRefreshMs: 3_600_000,
+      cacheTtlMs: 3_600_000,
+    });
+    const values = [generateApiKey('live'), generateApiKey('live'), generateApiKey('live')];
+    for (const value of values) await insertKey(value);
+    for (const value of values) await resolver.resolve(`Bearer ${value}`);
+    lookups = 0;
+    batchLookups.length = 0;
+    try {
+      for (let round = 0; round < 2; round++) {
+        for (const value of values) expect(resolver.resolveCached(`Bearer ${value}`)).toBeDefined();
+        await resolver.refreshCached();
+      }
+      // Every request kept its key in use; the three were re-read by one query each time, never one by one.
+      expect(batchLookups).toEqual([3, 3]);
+      // A key nobody used since the last re-read is dropped rather than re-read.
+      await resolver.refreshCached();
+      expect(batchLookups).toEqual([3, 3]);
+      expect(lookups).toBe(0);
+    } finally {
+      await resolver.stop();
+    }
+  });
+
+  it('stops a key revoked without a notification at the next re-read, long before its entry expires', async () => {
+    // A missed notification (the listening connection dropped): the background re-read is the fallback.
+    const resolver = new KeyResolver({
+      db: counted() as never,
+      clock: systemClock,
+      // No timer during the test: it re-reads when told to, as the timer would.
+      cacheRefreshMs: 3_600_000,
+      cacheTtlMs: 3_600_000,
+    });
+    const value = generateApiKey('live');
+    const keyId = await insertKey(value);
+    await resolver.resolve(`Bearer ${value}`);
+    try {
+      await database.db.prisma.apiKey.update({ where: { id: keyId }, data: { status: 'revoked' } });
+      expect(resolver.resolveCached(`Bearer ${value}`)?.keyId).toBe(keyId);
+      await resolver.refreshCached();
+      expect(() => resolver.resolveCached(`Bearer ${value}`)).toThrow(/revoked/);
+    } finally {
+      await resolver.stop();
+    }
+  });
+
+  it('refuses a key revoked in another process at once, while its re-read was in flight here', async () => {
+    let releaseRead: () => void = () => {};
+    let held = false;
+    let readStarted: () => void = () => {};
+    const started = new Promise<void>((resolve) => {
+      readStarted = resolve;
+    });
+    // The batched re-read here is held until the revocation has been announced, then answers the old row.
+    const slow = new Proxy(database.db, {
+      get(target, property) {
+        if (property !== 'prisma') return Reflect.get(target, property);
+        return new Proxy(target.prisma, {
+          get(p, name) {
+            if (name !== 'apiKey') return Reflect.get(p, name);
+            return {
+              findUnique: (args: Parameters<typeof p.apiKey.findUnique>[0]) => p.apiKey.findUnique(args),
+              findMany: async (args: Parameters<typeof p.apiKey.findMany>[0]) => {
+                const rows = await p.apiKey.findMany(args);
+                if (held) return rows;
+                held = true;
+                readStarted();
+                await new Promise<void>((resolve) => {
+                  releaseRead = resolve;
+                });
+                return rows;
+              },
+            };
+          },
+        });
+      },
+    });
+    const here = new KeyResolver({ db: slow as never, clock: systemClock, cacheRefreshMs: 3_600_000 });
+    const there = new KeyResolver({ db: database.db, clock: systemClock });
+    await here.start();
+    await there.start();
+    const value = generateApiKey('live');
+    const keyId = await insertKey(value);
+    try {
+      await here.resolve(`Bearer ${value}`);
+      await there.resolve(`Bearer ${value}`);
+      const reread = here.refreshCached();
+      await started;
+      await database.db.prisma.apiKey.update({ where: { id: keyId }, data: { status: 'revoked' } });
+      await there.invalidate();
+      await waitFor('this process hears the revocation', async () => {
+        await expect(here.resolve(`Bearer ${value}`)).rejects.toMatchObject({
+          details: { reason: 'revoked' },
+        });
+        return true;
+      });
+      // The re-read that started before the revocation answers the active row: it must not bring it back.
+      releaseRead();
+      await reread;
+      await expect(here.resolve(`Bearer ${value}`)).rejects.toMatchObject({ details: { reason: 'revoked' } });
+    } finally {
+      releaseRead();
+      await here.stop();
+      await there.stop();
     }
   });
 });

@@ -8,7 +8,9 @@ import {
   type KeyScope,
   type KeyType,
 } from '@anvil/shared';
+import type { ApiKey } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { RefreshedCache } from '../util/refreshed-cache.ts';
 import type { Clock } from './clock.ts';
 import type { Principal } from './principal.ts';
 
@@ -23,14 +25,45 @@ interface CachedKey {
   status: string;
   graceUntil: Date | null;
   userStatus: string;
-  fetchedAt: number;
+}
+
+const KEY_ROW_INCLUDE = {
+  user: { select: { status: true, role: true } },
+  account: { select: { tier: true } },
+} as const;
+
+type KeyRow = ApiKey & { user: { status: string; role: string }; account: { tier: string } };
+
+function cachedKey(row: KeyRow): CachedKey {
+  return {
+    principal: {
+      keyId: row.id,
+      accountId: row.accountId,
+      userId: row.userId,
+      userRole: row.user.role,
+      keyType: row.type as KeyType,
+      environment: row.environment as ApiKeyEnvironment,
+      permissions: row.permissions as KeyPermission[],
+      scopes: row.scopes as KeyScope[],
+      expiresAt: row.expiresAt,
+      tier: row.account.tier as AccountTier,
+    },
+    status: row.status,
+    graceUntil: row.graceUntil,
+    userStatus: row.user.status,
+  };
 }
 
 export interface KeyResolverOptions {
   db: Database;
   clock: Clock;
-  /** How long a resolved key is trusted without asking the database. Revocations also notify every process. */
+  /**
+   * The oldest a resolved key may be when it is trusted without asking the database (30 s). Revocations
+   * also notify every process at once; this bounds a missed notification.
+   */
   cacheTtlMs?: number;
+  /** How often the keys in use are re-read, all in one query (10 s), so none expires under a request. */
+  cacheRefreshMs?: number;
   /** How long a well-formed key the database does not hold is refused without asking again. */
   unknownTtlMs?: number;
   /** How often last-used times are written back. */
@@ -60,11 +93,14 @@ function keyValue(authorization: string | undefined): string {
 
 /**
  * Turns an Authorization header into a Principal. Malformed keys are refused by their checksum without
- * touching the database; valid keys are cached briefly, and every revocation, rotation or suspension is
- * broadcast over LISTEN/NOTIFY so all control-plane processes drop the entry at once.
+ * touching the database; valid keys are cached, and every revocation, rotation or suspension is
+ * broadcast over LISTEN/NOTIFY so all control-plane processes drop the entry at once. Keys in use are
+ * re-read together in the background (util/refreshed-cache.ts): one query every cacheRefreshMs for all of
+ * them, instead of three per key and expiry with a request waiting on them. Status, expiry and the
+ * owner's state are still checked on every request.
  */
 export class KeyResolver {
-  private readonly cache = new Map<string, CachedKey>();
+  private readonly cache: RefreshedCache<CachedKey>;
   /**
    * Hashes of well-formed keys the database does not hold → when that was found: a flood of made-up keys
    * (valid checksum, random body) costs one query per key per unknownTtl, not one per request. Creating a
@@ -73,13 +109,19 @@ export class KeyResolver {
   private readonly unknown = new Map<string, number>();
   private readonly unknownTtl: number; /** Key id → Unix ms of its latest use, written back in batches. */
   private readonly lastUsed = new Map<string, number>();
-  private readonly ttl: number;
   private flushTimer: NodeJS.Timeout | null = null;
   private unlisten: (() => Promise<void>) | null = null;
 
   constructor(private readonly options: KeyResolverOptions) {
-    this.ttl = options.cacheTtlMs ?? 30_000;
     this.unknownTtl = options.unknownTtlMs ?? 30_000;
+    this.cache = new RefreshedCache<CachedKey>({
+      name: 'API key',
+      loadMany: (hashes) => this.loadMany(hashes),
+      refreshEveryMs: options.cacheRefreshMs ?? 10_000,
+      maxAgeMs: options.cacheTtlMs ?? 30_000,
+      now: () => options.clock.now().getTime(),
+      ...(options.logger ? { logger: options.logger } : {}),
+    });
   }
 
   async start(): Promise<void> {
@@ -101,7 +143,13 @@ export class KeyResolver {
   async stop(): Promise<void> {
     if (this.flushTimer) clearInterval(this.flushTimer);
     await this.unlisten?.();
+    await this.cache.stop();
     await this.flushLastUsed();
+  }
+
+  /** Re-reads the keys in use now, in one query (what the background timer does every cacheRefreshMs). */
+  refreshCached(): Promise<void> {
+    return this.cache.refresh();
   }
 
   /** Drops every cached key here and in every other process sharing the database. */
@@ -122,12 +170,14 @@ export class KeyResolver {
     if (cached) return cached;
     const hash = hashApiKey(keyValue(authorization));
     const nowMs = this.options.clock.now().getTime();
-    const loaded = await this.load(hash, nowMs);
+    const generation = this.cache.currentGeneration;
+    const loaded = await this.load(hash);
     if (!loaded) {
       this.rememberUnknown(hash, nowMs);
       throw unauthorized('invalid API key', 'unknown');
     }
-    this.cache.set(hash, loaded);
+    // A row read before a revocation's notification arrived is not cached (set refuses it).
+    this.cache.set(hash, loaded, nowMs, generation);
     return this.admit(loaded, nowMs);
   }
 
@@ -152,7 +202,6 @@ export class KeyResolver {
       }
       return undefined;
     }
-    if (nowMs - entry.fetchedAt > this.ttl) return undefined;
     return this.admit(entry, nowMs);
   }
 
@@ -182,30 +231,17 @@ export class KeyResolver {
     if (expiresAt && expiresAt.getTime() <= nowMs) throw unauthorized('API key has expired', 'expired');
   }
 
-  private async load(hash: string, nowMs: number): Promise<CachedKey | null> {
-    const row = await this.options.db.prisma.apiKey.findUnique({
-      where: { hash },
-      include: { user: { select: { status: true, role: true } }, account: { select: { tier: true } } },
+  private async load(hash: string): Promise<CachedKey | null> {
+    const row = await this.options.db.prisma.apiKey.findUnique({ where: { hash }, include: KEY_ROW_INCLUDE });
+    return row ? cachedKey(row) : null;
+  }
+
+  private async loadMany(hashes: string[]): Promise<Map<string, CachedKey>> {
+    const rows = await this.options.db.prisma.apiKey.findMany({
+      where: { hash: { in: hashes } },
+      include: KEY_ROW_INCLUDE,
     });
-    if (!row) return null;
-    return {
-      principal: {
-        keyId: row.id,
-        accountId: row.accountId,
-        userId: row.userId,
-        userRole: row.user.role,
-        keyType: row.type as KeyType,
-        environment: row.environment as ApiKeyEnvironment,
-        permissions: row.permissions as KeyPermission[],
-        scopes: row.scopes as KeyScope[],
-        expiresAt: row.expiresAt,
-        tier: row.account.tier as AccountTier,
-      },
-      status: row.status,
-      graceUntil: row.graceUntil,
-      userStatus: row.user.status,
-      fetchedAt: nowMs,
-    };
+    return new Map(rows.map((row) => [row.hash, cachedKey(row)]));
   }
 
   /** Writes pending last-used times; called on a timer, before key listings, and at shutdown. */

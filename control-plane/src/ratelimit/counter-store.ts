@@ -33,6 +33,8 @@ export interface CounterStore {
   readonly maxBatch?: number;
   /** Awaited between two add() calls of one sync. */
   betweenBatches?(): Promise<void> | undefined;
+  /** True when the store's statements run in this thread (PGlite): syncs are spaced further apart. */
+  readonly inThread?: boolean;
 }
 
 interface CountRow {
@@ -56,8 +58,10 @@ const iso = (ms: number) => new Date(ms).toISOString();
 export class SqlCounterStore implements CounterStore {
   /** Short statements on PGlite, which runs them in the API's thread (db/batching.ts). */
   readonly maxBatch: number | undefined;
+  readonly inThread: boolean;
 
   constructor(private readonly sql: Sql) {
+    this.inThread = sql.inThread === true;
     this.maxBatch = sql.inThread ? IN_THREAD_BATCH_ROWS : undefined;
   }
 

@@ -1,10 +1,11 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../testing/clock.ts';
 import { type CounterDelta, type CounterRef, type CounterStore, counterKey } from './counter-store.ts';
 import { type LimitCheck, SharedCounterLimiter, unconfirmedAllowance } from './limiter.ts';
 
 /** The shared store in memory, with hooks to delay or fail writes as a slow or absent database would. */
 class MemoryStore implements CounterStore {
+  constructor(readonly inThread = false) {}
   readonly counts = new Map<string, number>();
   writes = 0;
   fail = false;
@@ -194,5 +195,30 @@ describe('SharedCounterLimiter', () => {
     for (let i = 0; i < 3; i++) await b.acquire([check(1_000)]);
     await b.sync();
     expect(await a.usage([check(1_000), check(5, 'acc:other')])).toEqual([7, 0]);
+  });
+
+  it.each([
+    [true, 2_500],
+    [false, 1_000],
+  ])('with statements in this thread (%s) syncs on its own every %i ms', async (inThread, everyMs) => {
+    // On PGlite each sync runs in the API's thread: the timer spaces them further apart there.
+    vi.useFakeTimers();
+    const store = new MemoryStore(inThread);
+    const clock = new ManualClock(new Date('2026-05-01T10:00:00.000Z'));
+    const limiter = new SharedCounterLimiter({ store, clock });
+    const check: LimitCheck = { bucket: 'acc_t:read', windowMs: 3_600_000, limit: 10_000 };
+    try {
+      await limiter.start();
+      await limiter.acquire([check]);
+      const written = store.writes;
+      expect(limiter.tryAcquire([check], false, clock.now().getTime())?.allowed).toBe(true);
+      await vi.advanceTimersByTimeAsync(everyMs - 1);
+      expect(store.writes).toBe(written);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(store.writes).toBe(written + 1);
+    } finally {
+      await limiter.stop();
+      vi.useRealTimers();
+    }
   });
 });

@@ -1,5 +1,5 @@
 import { newId } from '@anvil/shared';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { IN_THREAD_BATCH_ROWS, type Sql } from '../db/index.ts';
 import { createTestDatabase, ManualClock, type TestDatabase } from '../testing/index.ts';
 import {
@@ -46,6 +46,35 @@ describe('RequestLog', () => {
     };
     return counted;
   }
+
+  it.each([
+    [true, 10_000],
+    [false, 1_000],
+  ])('on a database in this thread (%s) writes on its own every %i ms', async (inThread, everyMs) => {
+    // Statements on PGlite run in the API's thread: there the timer writes every 10 s, not every second.
+    let writes = 0;
+    const sql: Sql = {
+      inThread,
+      query: async <T>() => {
+        writes++;
+        return [] as T[];
+      },
+      exec: async () => {},
+    };
+    vi.useFakeTimers();
+    const log = new RequestLog({ sql, clock });
+    try {
+      log.start();
+      log.record(record());
+      await vi.advanceTimersByTimeAsync(everyMs - 1);
+      expect(writes).toBe(0);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(writes).toBe(1);
+    } finally {
+      await log.stop();
+      vi.useRealTimers();
+    }
+  });
 
   it('counts requests in memory and upserts one row per key, route, status and minute', async () => {
     const counted = counting(database.db.sql);
