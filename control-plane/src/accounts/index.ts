@@ -17,6 +17,7 @@ import { RoleService } from './custom-roles.ts';
 import { GrantService } from './grants.ts';
 import { InvitationService } from './invitations.ts';
 import { MemberKeyPolicy } from './key-policy.ts';
+import { NotificationTests } from './notification-test.ts';
 import { Notifier } from './notifications.ts';
 import { ProfileService } from './profile.ts';
 import { ResourceDirectory } from './resources.ts';
@@ -38,6 +39,8 @@ export interface AccountServices {
   invitations: InvitationService;
   profile: ProfileService;
   settings: SettingsService;
+  /** Test deliveries to the notification channels of the settings. */
+  notificationTests: NotificationTests;
   /** security.api_access.ip_whitelist as the API guard, proxy, SSH relay and terminal enforce it. */
   ipPolicy: AccountIpPolicy;
   /** The role limitation maxComputeHours: GPU-hours used this month and the check before new placement. */
@@ -90,11 +93,11 @@ export function createAccountServices(deps: {
     clock,
     access,
     audit,
-    notifier,
     secrets: () => load().box,
     ipPolicy,
     twoFactor: enrolments,
   });
+  const notificationTests = new NotificationTests({ db, clock, notifier, settings });
   const twoFactor = {
     enrolments,
     gate: new TwoFactorGate({
@@ -117,6 +120,7 @@ export function createAccountServices(deps: {
     notifier,
     outbox,
     settings,
+    notificationTests,
     ipPolicy,
     twoFactor,
     computeHours: new ComputeHoursLimit({ records: new UsageRecords(db), clock, access }),

@@ -9,7 +9,6 @@ import type { Database } from '../db/index.ts';
 import { IpRules } from '../proxy/ip-rules.ts';
 import { GPU_TYPES, REGIONS } from '../scheduler/gpu-types.ts';
 import type { AuditLog } from './audit.ts';
-import { DeliveryError, type Notifier } from './notifications.ts';
 import { GITHUB_USERNAME } from './profile.ts';
 import type { RolePermission, RoleScope } from './roles.ts';
 import { type AccountIpPolicy, enforcedList } from './settings-ip-policy.ts';
@@ -23,14 +22,7 @@ import {
   type SectionName,
   type ShortSettingsInput,
 } from './settings-schema.ts';
-import {
-  checkCountry,
-  checkEmail,
-  checkHttpUrl,
-  checkIpList,
-  checkTimeZone,
-  validationError,
-} from './validation.ts';
+import { checkCountry, checkHttpUrl, checkIpList, checkTimeZone, validationError } from './validation.ts';
 
 type Json = Record<string, unknown>;
 
@@ -108,7 +100,8 @@ function flatten(value: unknown, prefix: string, out: Map<string, string>): Map<
   return out;
 }
 
-function get(doc: unknown, path: string[]): unknown {
+/** The value at `path` in a settings document, undefined where any step is missing. */
+export function get(doc: unknown, path: string[]): unknown {
   let node = doc;
   for (const key of path) {
     if (!isObject(node)) return undefined;
@@ -123,13 +116,6 @@ function ajvField(error: { instancePath?: string; params?: Record<string, unknow
     | string
     | undefined;
   return [path, leaf].filter(Boolean).join('.');
-}
-
-export interface NotificationTestInput {
-  type: 'webhook' | 'slack' | 'email';
-  webhook_url?: string | undefined;
-  channel?: string | undefined;
-  email?: string | undefined;
 }
 
 /**
@@ -147,7 +133,6 @@ export class SettingsService {
       clock: Clock;
       access: AccessControl;
       audit: AuditLog;
-      notifier: Notifier;
       secrets: () => SecretBox;
       ipPolicy: AccountIpPolicy;
       /** Members' two-factor enrolments: turning two_factor on needs the caller enrolled. */
@@ -252,7 +237,8 @@ export class SettingsService {
     });
   }
 
-  private async requireWrite(actor: Actor, section: SectionName): Promise<MemberAccess> {
+  /** The caller, when it may change `section` (also asked by the notification test, notification-test.ts). */
+  async requireWrite(actor: Actor, section: SectionName): Promise<MemberAccess> {
     const rule = SECTION_ACCESS[section];
     return this.deps.access.require(actor, {
       permission: rule.write,
@@ -676,116 +662,6 @@ export class SettingsService {
   }
 
   // ---- notifications test ----
-
-  async testNotification(actor: Actor, input: NotificationTestInput) {
-    const member = await this.requireWrite(actor, 'notifications');
-    const all = await this.effective(member.accountId);
-    const n = all.notifications;
-    const timestamp = this.deps.clock.now().toISOString();
-    const fail = (error: unknown): never => {
-      if (error instanceof DeliveryError) {
-        throw new ApiError('NOTIFICATION_FAILED', `${input.type} test failed: ${error.message}`, {
-          type: input.type,
-          reason: error.message,
-          statusCode: error.statusCode,
-          body: error.body,
-        });
-      }
-      throw error;
-    };
-    switch (input.type) {
-      case 'webhook': {
-        const url = input.webhook_url ?? (get(n, ['webhook', 'url']) as string | null);
-        if (!url) throw validationError('webhook_url', 'is required: no webhook URL is configured');
-        checkHttpUrl(url, 'webhook_url');
-        const secret = (get(n, ['webhook', 'secret']) as string | null) ?? null;
-        const result = await this.deps.notifier
-          .webhook(url, secret, {
-            type: 'test',
-            accountId: member.accountId,
-            data: { message: 'Test delivery from Anvil', requested_by: member.userId },
-          })
-          .catch(fail);
-        return {
-          type: 'webhook',
-          status: 'success',
-          message: secret
-            ? 'signed test event delivered'
-            : 'test event delivered unsigned (no secret configured)',
-          timestamp,
-          response: {
-            status_code: result.statusCode,
-            body: result.body.slice(0, 1000),
-            delivery_id: result.id,
-            signed: result.signature !== null,
-          },
-        };
-      }
-      case 'slack': {
-        const url = input.webhook_url ?? (get(n, ['slack', 'webhook_url']) as string | null);
-        if (!url) throw validationError('webhook_url', 'is required: no chat webhook URL is configured');
-        checkHttpUrl(url, 'webhook_url');
-        const channel = input.channel ?? (get(n, ['slack', 'channel']) as string | null);
-        const result = await this.deps.notifier
-          .chat(url, { text: ':white_check_mark: Test notification from Anvil', channel })
-          .catch(fail);
-        return {
-          type: 'slack',
-          status: 'success',
-          message: `test message posted${channel ? ` to ${channel}` : ''}`,
-          timestamp,
-          response: { status_code: result.statusCode, slack_response: result.body.slice(0, 1000) },
-        };
-      }
-      case 'email': {
-        const given = input.email ? checkEmail(input.email) : null;
-        if (!this.deps.notifier.emailConfigured) {
-          throw new ApiError(
-            'SERVICE_UNAVAILABLE',
-            'e-mail is not configured on this server (ANVIL_SMTP_URL)',
-            {
-              type: 'email',
-              variable: 'ANVIL_SMTP_URL',
-            },
-          );
-        }
-        const to = given ?? (get(n, ['email', 'email']) as string | null);
-        if (!to) throw validationError('email', 'is required: the account has no notification address');
-        // A test send is mail on the operator's behalf: only to the account's own people, never to any
-        // address a caller names (the route would otherwise relay mail to strangers).
-        if (!(await this.isMemberAddress(member.accountId, to))) {
-          throw validationError(
-            'email',
-            `${to} is not the address of an active member of this account; test e-mails go only to members`,
-          );
-        }
-        const result = await this.deps.notifier
-          .email({
-            to,
-            subject: 'Anvil test notification',
-            text: `This is a test notification from Anvil for account ${member.accountId}.`,
-          })
-          .catch(fail);
-        return {
-          type: 'email',
-          status: 'success',
-          message: `test e-mail accepted for ${to}`,
-          timestamp,
-          response: { smtp_response: result.response, message_id: result.messageId, to },
-        };
-      }
-    }
-  }
-
-  private async isMemberAddress(accountId: string, address: string): Promise<boolean> {
-    // Compared here rather than with ILIKE, where `_` and `%` in the given address would be wildcards.
-    const wanted = address.trim().toLowerCase();
-    const members = await this.deps.db.prisma.user.findMany({
-      where: { accountId, status: 'active' },
-      select: { email: true },
-    });
-    return members.some((m) => m.email.trim().toLowerCase() === wanted);
-  }
 
   // ---- export and import ----
 

@@ -211,7 +211,9 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
         },
       },
     },
-    async (request) => ({ test: await settings.testNotification(actorOf(request), request.body) }),
+    async (request) => ({
+      test: await context.accounts.notificationTests.send(actorOf(request), request.body),
+    }),
   );
 
   app.get(
