@@ -15,7 +15,7 @@ import { type AgentProcess, anvilContainers, spawnAgent } from '../fleet/agent-p
 import { type Dockerd, startDockerd } from '../fleet/docker.ts';
 import { step, waitFor } from '../fleet/wait.ts';
 import { clientOptions, type Keypair, keygen, runTool } from '../ssh/fixtures.ts';
-import { type BalancedControlPlanes, type Replica, startBalanced } from './balanced.ts';
+import { type BalancedControlPlanes, startBalanced } from './balanced.ts';
 
 const run = promisify(execFile);
 const LONG = 900_000;

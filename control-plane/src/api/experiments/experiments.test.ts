@@ -272,7 +272,7 @@ describe('experiments API: lifecycle, runs, access', () => {
     expect(results.map((r) => r.statusCode).sort()).toEqual([201, 409]);
     expect(await t.context.db.prisma.experimentRun.count({ where: { trainingJobId: jobId } })).toBe(1);
     // Either experiment may win the race; only `a` gets more runs below.
-    const aWon = results[0].statusCode === 201;
+    const aWon = results[0]?.statusCode === 201;
 
     // Concurrent links of different jobs into one experiment all land, each with its own place.
     const jobs = await Promise.all([0, 1, 2].map(() => seedJob(t, { status: 'running' })));
