@@ -99,6 +99,9 @@ interface Round {
 }
 
 async function measure(target: Target, seconds: number, rate: number): Promise<Round> {
+  // One unmeasured second at the round's rate first: the round measures the steady state at that rate,
+  // not the resumption after the other target's round (caches re-read only what is in use).
+  await drive(target, 1, rate);
   const before = await usageOf(target);
   const result = await drive(target, seconds, rate);
   const after = await usageOf(target);

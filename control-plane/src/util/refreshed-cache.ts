@@ -31,7 +31,7 @@ interface Entry<V> {
 /**
  * A cache of database rows read on the request path (API keys, account address lists) that is kept
  * fresh in the background instead of expiring under a request: every `refreshEveryMs`, the entries used
- * since the previous refresh are reloaded in one query (entries nobody used are dropped), so a busy
+ * since the previous refresh are reloaded in one query (the others age out at `maxAgeMs`), so a busy
  * control plane pays one query per interval for all its callers rather than one per caller and expiry,
  * and no request waits for the database once its key is known. A value is never served older than
  * `maxAgeMs`. Invalidation (clear, delete) is immediate and wins over a refresh already in flight.
@@ -114,14 +114,17 @@ export class RefreshedCache<V> {
     this.timer.unref();
   }
 
-  /** Reloads the entries used since the last refresh and drops the others. Never throws. */
+  /** Reloads the entries used since the last refresh and drops those past maxAgeMs. Never throws. */
   async refresh(): Promise<void> {
     const keys: string[] = [];
+    const now = this.options.now();
     for (const [key, entry] of this.entries) {
       if (entry.used) {
         entry.used = false;
         keys.push(key);
-      } else {
+      } else if (now - entry.at > this.options.maxAgeMs) {
+        // Unused for a while: not worth a re-read; kept (a caller back after a pause still finds it)
+        // until it is too old to serve.
         this.entries.delete(key);
       }
     }
