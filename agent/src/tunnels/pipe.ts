@@ -10,32 +10,8 @@ export interface PipeResult {
 }
 
 /**
- * Bytes a relay direction lets wait in user space for the receiving socket before it stops reading the
- * sending one. Node's socket high-water mark (16 KiB) is below one 64 KiB read, so stream.pipe() paused
- * and resumed the sender (a readStop/readStart pair) on nearly every chunk of a large body; a window of a
- * few reads keeps the kernel busy while the bound per tunnel stays fixed (at most this plus one read).
- */
-export const RELAY_WINDOW_BYTES = 256 * 1024;
-
-/**
- * Copies `from` into `to`, pausing `from` once `to` holds RELAY_WINDOW_BYTES unwritten and resuming it
- * when `to` drains, and ends `to` when `from` ends (a FIN crosses as a FIN).
- */
-function relay(from: Socket, to: Socket): void {
-  from.on('data', (chunk: Buffer) => {
-    // A write past the high-water mark sets the socket's need for 'drain', which resumes below.
-    to.write(chunk);
-    if (to.writableLength >= RELAY_WINDOW_BYTES) from.pause();
-  });
-  to.on('drain', () => {
-    if (from.isPaused()) from.resume();
-  });
-  from.once('end', () => to.end());
-}
-
-/**
- * Joins a raw tunnel socket and the container's TCP connection: bytes both ways with bounded buffering
- * (relay), and each FIN crosses over as a FIN, so one side's half close leaves the other
+ * Joins a raw tunnel socket and the container's TCP connection: bytes both ways with the sockets' own
+ * backpressure (pipe), and each FIN crosses over as a FIN, so one side's half close leaves the other
  * direction open. An error on either socket resets both, so that the other end sees a failure rather
  * than a clean end that could pass a truncated stream for a whole one. Resolves once both are closed.
  */
@@ -69,8 +45,8 @@ export function pipeSockets(tunnel: Socket, tcp: Socket): Promise<PipeResult> {
     };
     tunnel.once('close', follow(tunnel, tcp));
     tcp.once('close', follow(tcp, tunnel));
-    relay(tcp, tunnel);
-    relay(tunnel, tcp);
+    tcp.pipe(tunnel);
+    tunnel.pipe(tcp);
   });
 }
 
