@@ -81,8 +81,17 @@ export class Allocator {
     private readonly clock: Clock,
   ) {}
 
+  #syncing: Promise<void> | null = null;
+
+  /**
+   * Brings the capacity rows in line (capacity.ts). Calls made while one runs share it: parallel creates
+   * that all found a new host unindexed would otherwise queue one table-locking sync each.
+   */
   sync(): Promise<void> {
-    return syncCapacity(this.db);
+    this.#syncing ??= syncCapacity(this.db).finally(() => {
+      this.#syncing = null;
+    });
+    return this.#syncing;
   }
 
   /**
