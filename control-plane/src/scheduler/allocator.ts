@@ -82,16 +82,30 @@ export class Allocator {
   ) {}
 
   #syncing: Promise<void> | null = null;
+  #syncAgain: Promise<void> | null = null;
 
   /**
-   * Brings the capacity rows in line (capacity.ts). Calls made while one runs share it: parallel creates
-   * that all found a new host unindexed would otherwise queue one table-locking sync each.
+   * Brings the capacity rows in line (capacity.ts). Calls made while one runs share the next one, which
+   * starts when it ends (the running one may have read before the caller's change): parallel creates that
+   * all found a new host unindexed would otherwise queue one table-locking sync each.
    */
   sync(): Promise<void> {
-    this.#syncing ??= syncCapacity(this.db).finally(() => {
-      this.#syncing = null;
+    if (!this.#syncing) return this.#startSync();
+    this.#syncAgain ??= this.#syncing
+      .catch(() => {})
+      .then(() => {
+        this.#syncAgain = null;
+        return this.#startSync();
+      });
+    return this.#syncAgain;
+  }
+
+  #startSync(): Promise<void> {
+    const run = syncCapacity(this.db).finally(() => {
+      if (this.#syncing === run) this.#syncing = null;
     });
-    return this.#syncing;
+    this.#syncing = run;
+    return run;
   }
 
   /**
