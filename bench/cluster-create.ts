@@ -20,6 +20,7 @@
 // Run: `npm run bench` (all benches) or `node --import tsx bench/cluster-create.ts`.
 // Needs Docker (part 1) and ANVIL_TEST_POSTGRES_URL (part 2); a part without its dependency is skipped.
 // BENCH_CLUSTER_PARTS=create (or =placement) runs one part only; unset or `all` runs both.
+import { readdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { systemClock } from '../control-plane/src/auth/clock.ts';
@@ -46,6 +47,9 @@ const HOSTS = 5_000;
 const PLACEMENTS = Number(process.env['BENCH_PLACEMENTS'] ?? 2_000);
 const CONCURRENCY = Number(process.env['BENCH_PLACEMENT_WORKERS'] ?? 8);
 const BATCH = Number(process.env['BENCH_PLACEMENT_BATCH'] ?? 50);
+
+/** The database the placement part runs in (its backends' CPU is measured). */
+let benchDatabase = '';
 
 /** Figures go to stdout (benchmarks print, never assert). */
 function print(line: string): void {
@@ -175,6 +179,7 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
   }
   process.env['ANVIL_TEST_DB'] = 'postgres';
   const database = await createTestDatabase();
+  benchDatabase = new URL(database.url!).pathname.slice(1);
   // A connection per worker, as a control plane's pool gives concurrent requests: commits then share
   // WAL flushes (group commit) instead of queueing for the test helper's five connections.
   const db = openPostgres(database.url!, CONCURRENCY);
@@ -209,6 +214,7 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
       let next = 0;
       const outcomes = new Map<string, number>();
       const count = (kind: string) => outcomes.set(kind, (outcomes.get(kind) ?? 0) + 1);
+      const cpu = cpuMeter();
       const started = performance.now();
       await Promise.all(
         Array.from({ length: CONCURRENCY }, async () => {
@@ -227,7 +233,7 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
       const seconds = (performance.now() - started) / 1000;
       const placed = outcomes.get('placed') ?? 0;
       const others = [...outcomes].filter(([kind]) => kind !== 'placed').map(([kind, n]) => `${kind} ${n}`);
-      return { placed, seconds, perSecond: placed / seconds, others };
+      return { placed, seconds, perSecond: placed / seconds, others, cpu: cpu.perItem(queue.length) };
     };
     const single = await phase(ids.slice(0, placements), 1);
     const joined = await phase(ids.slice(placements, 2 * placements), 'joined');
@@ -238,9 +244,10 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
         WHERE cardinality(gpu_indices) > 0 GROUP BY host_id, i HAVING count(*) > 1) AS d`,
     );
     const drifted = await driftedHosts(db);
-    const ceiling = await commitsPerSecond(db, placements);
+    const peer = await commitsPerSecond(db, placements);
+    const ceiling = peer.perSecond;
     const line = (label: string, r: Awaited<ReturnType<typeof phase>>) =>
-      `${label}: ${r.placed}/${placements} in ${r.seconds.toFixed(2)} s, ${r.perSecond.toFixed(0)} placements/s` +
+      `${label}: ${r.placed}/${placements} in ${r.seconds.toFixed(2)} s, ${r.perSecond.toFixed(0)} placements/s, CPU each ${r.cpu}` +
       `${r.others.length > 0 ? ` (not placed: ${r.others.join(', ')})` : ''}`;
     print(
       `scheduler: placements committed to PostgreSQL with ${HOSTS} hosts, ${CONCURRENCY} workers (target: single creates >= 2000/s): ` +
@@ -248,7 +255,7 @@ export async function runPlacementBench(placements = PLACEMENTS): Promise<{ perS
         `${line(`batches of ${BATCH} per statement and commit`, batched)}; ` +
         `${line('concurrent single creates, each registered, inserted and placed in one statement and commit (ClusterCreation)', created)}; ` +
         `GPUs held twice: ${duplicates[0]?.n}; hosts whose capacity rows disagree with the allocations: ${drifted.length}; ` +
-        `same run, one-row UPDATE transactions: ${ceiling.toFixed(0)}/s (single creates ${(created.perSecond / ceiling).toFixed(2)} of it); ` +
+        `same run, one-row UPDATE transactions: ${ceiling.toFixed(0)}/s, CPU each ${peer.cpu} (single creates ${(created.perSecond / ceiling).toFixed(2)} of it); ` +
         `load average ${loadavg()[0]!.toFixed(1)}`,
     );
     const perSecond = batched.perSecond;
@@ -281,6 +288,7 @@ async function createPhase(db: Database, creates: number) {
   };
   let next = 0;
   const outcomes = new Map<string, number>();
+  const cpu = cpuMeter();
   const started = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
@@ -307,6 +315,7 @@ async function createPhase(db: Database, creates: number) {
           request,
           spec,
           pendingReason: 'waiting',
+          region: null,
           placedOnly: false,
         });
         outcomes.set(outcome.kind, (outcomes.get(outcome.kind) ?? 0) + 1);
@@ -316,7 +325,7 @@ async function createPhase(db: Database, creates: number) {
   const seconds = (performance.now() - started) / 1000;
   const placed = outcomes.get('placed') ?? 0;
   const others = [...outcomes].filter(([kind]) => kind !== 'placed').map(([kind, n]) => `${kind} ${n}`);
-  return { placed, seconds, perSecond: placed / seconds, others };
+  return { placed, seconds, perSecond: placed / seconds, others, cpu: cpu.perItem(creates) };
 }
 
 /**
@@ -324,10 +333,14 @@ async function createPhase(db: Database, creates: number) {
  * one-row UPDATEs. A placement cannot beat it by much, so the ratio says how far the scheduler is from the
  * machine's own limit when the absolute figure is depressed by other load.
  */
-async function commitsPerSecond(db: Database, transactions: number): Promise<number> {
+async function commitsPerSecond(
+  db: Database,
+  transactions: number,
+): Promise<{ perSecond: number; cpu: string }> {
   await db.sql.query('CREATE TABLE bench_commit_probe (id int PRIMARY KEY, n int NOT NULL)');
   await db.sql.query('INSERT INTO bench_commit_probe SELECT g, 0 FROM generate_series(0, 999) AS g');
   let next = 0;
+  const cpu = cpuMeter();
   const started = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
@@ -341,7 +354,53 @@ async function commitsPerSecond(db: Database, transactions: number): Promise<num
       }
     }),
   );
-  return transactions / ((performance.now() - started) / 1000);
+  return { perSecond: transactions / ((performance.now() - started) / 1000), cpu: cpu.perItem(transactions) };
+}
+
+/**
+ * Ticks of CPU (user + system) the local PostgreSQL backends serving database `database` have used, from
+ * /proc (a backend's command line names its database); null where there is no /proc to read.
+ */
+function postgresTicks(database: string): number | null {
+  try {
+    let ticks = 0;
+    for (const pid of readdirSync('/proc')) {
+      if (!/^\d+$/.test(pid)) continue;
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        const close = stat.lastIndexOf(')');
+        if (stat.slice(stat.indexOf('(') + 1, close) !== 'postgres') continue;
+        if (!readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(` ${database} `)) continue;
+        const fields = stat.slice(close + 2).split(' ');
+        ticks += Number(fields[11]) + Number(fields[12]);
+      } catch {
+        // The process ended meanwhile.
+      }
+    }
+    return ticks;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * CPU per item of a phase, in µs: the bench database's PostgreSQL backends' and this process's (not the
+ * server's shared writers). Unlike throughput it hardly changes when other work shares the machine.
+ */
+function cpuMeter(): { perItem(items: number): string } {
+  const db = postgresTicks(benchDatabase);
+  const self = process.cpuUsage();
+  return {
+    perItem(items) {
+      const own = process.cpuUsage(self);
+      const ownUs = (own.user + own.system) / items;
+      const after = postgresTicks(benchDatabase);
+      // Linux reports process CPU in clock ticks of 10 ms (USER_HZ 100).
+      // A backend the pool closed meanwhile takes its ticks along: then the figure is unknown.
+      const dbUs = db === null || after === null || after < db ? null : ((after - db) * 10_000) / items;
+      return `${dbUs === null ? '?' : dbUs.toFixed(0)} µs PostgreSQL + ${ownUs.toFixed(0)} µs bench`;
+    },
+  };
 }
 
 export async function runClusterCreateBench(): Promise<void> {

@@ -25,10 +25,12 @@ import {
  * storage GB, region, pinned host, now); $10 account id, $11 owner (member) id, $12 name, $13 description,
  * $14 project id, $15 template id, $16 docker image, $17 command, $18 env (JSON), $19 ports (JSON),
  * $20 ssh enabled, $21 expires at, $22 the workload spec (JSON, `gpus` filled here), $23 the status reason
- * when pending, $24 whether only a placement may be written.
+ * when pending, $24 whether only a placement may be written, $25 the region the cluster asked for (a
+ * cluster pinned to a host places with $7 null), else it gets its host's.
  *
- * Returns one row: `could_fit` (null when placed), the cluster's columns under the Prisma model's names
- * (all null when nothing was written), and `gpu_uuids` in the order of its GPU indices.
+ * Returns one row: `could_fit` (null when placed), the inserted cluster's columns that the placement decided
+ * (all null when nothing was written; the rest are the parameters), and `gpu_uuids` in the order of its GPU
+ * indices.
  */
 function createSql(variant: PlacementVariant): string {
   return `
@@ -58,7 +60,7 @@ WITH pick AS MATERIALIZED (${pickSql(variant, { guard: 'true', createdAt: '$9::t
   SELECT $1::text, $10::text, $11::text, $12::text, $13::text,
          CASE WHEN a.host_id IS NULL THEN 'pending' ELSE 'starting' END,
          CASE WHEN a.host_id IS NULL THEN $23::text END,
-         $2::text, $3::int, $4::int, $5::int, $6::int, COALESCE($7::text, a.host_region), $14::text, $15::text,
+         $2::text, $3::int, $4::int, $5::int, $6::int, COALESCE($25::text, a.host_region), $14::text, $15::text,
          $16::text, $17::text[], $18::jsonb, $19::jsonb, $20::boolean, $21::timestamptz,
          a.host_id, COALESCE(a.idx, '{}'),
          CASE WHEN a.host_id IS NULL THEN 0
@@ -79,15 +81,8 @@ WITH pick AS MATERIALIZED (${pickSql(variant, { guard: 'true', createdAt: '$9::t
          b.desired_generation, $9::timestamptz, $9::timestamptz
     FROM bumped b CROSS JOIN gpus g
 )
-SELECT v.could_fit, g.uuids AS gpu_uuids,
-       k.id, k.account_id AS "accountId", k.owner_id AS "ownerId", k.name, k.description, k.status,
-       k.status_reason AS "statusReason", k.gpu_type AS "gpuType", k.gpu_count AS "gpuCount",
-       k.cpu_cores AS "cpuCores", k.memory_gb AS "memoryGb", k.storage_gb AS "storageGb", k.region,
-       k.project_id AS "projectId", k.template_id AS "templateId", k.docker_image AS "dockerImage", k.command,
-       k.env, k.ports, k.ssh_enabled AS "sshEnabled", k.expires_at AS "expiresAt", k.host_id AS "hostId",
-       k.gpu_indices AS "gpuIndices", k.queued_at AS "queuedAt", k.hourly_rate AS "hourlyRate",
-       k.session_started_at AS "sessionStartedAt", k.operation, k.created_at AS "createdAt",
-       k.updated_at AS "updatedAt", k.deleted_at AS "deletedAt"
+SELECT v.could_fit, g.uuids AS gpu_uuids, k.id, k.status, k.status_reason, k.region, k.host_id, k.gpu_indices,
+       k.hourly_rate
   FROM verdict v
   LEFT JOIN inserted k ON true
   LEFT JOIN gpus g ON true`;

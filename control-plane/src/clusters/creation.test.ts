@@ -64,6 +64,7 @@ describe('cluster creation in one statement', () => {
       request,
       spec: validSpec(id, workloadSpecOf(draft, [])),
       pendingReason: 'waiting for GPUs',
+      region: request.region,
       placedOnly,
     });
   };

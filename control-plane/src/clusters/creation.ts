@@ -22,6 +22,8 @@ export interface NewCluster {
   createdAt: Date;
 }
 
+const DEADLOCK_DETECTED = '40P01';
+
 /** What a cluster asks for: its GPUs, CPU, memory and disk, and its region (null: any). */
 export type ClusterSizes = Pick<
   Cluster,
@@ -59,6 +61,8 @@ export interface CreateOptions {
   spec: WorkloadSpecValue;
   /** The status reason of a cluster inserted pending (no host has room now). */
   pendingReason: string;
+  /** The region the cluster asked for (null: it takes its host's). */
+  region: string | null;
   /** Write nothing unless it is placed now (a cluster from a snapshot must go to the snapshot's host). */
   placedOnly: boolean;
 }
@@ -71,7 +75,17 @@ export type CreateOutcome =
   /** Nothing written: no host could ever fit it (impossible), or, placedOnly, none had room now (busy). */
   | { kind: 'refused'; couldFit: boolean };
 
-type CreateRow = Cluster & { could_fit: boolean | null; gpu_uuids: string[] | null };
+interface CreateRow {
+  could_fit: boolean | null;
+  gpu_uuids: string[] | null;
+  id: string | null;
+  status: string;
+  status_reason: string | null;
+  region: string | null;
+  host_id: string | null;
+  gpu_indices: number[];
+  hourly_rate: number;
+}
 
 /**
  * Creates a cluster in one statement and one commit: registered, inserted and placed together
@@ -90,59 +104,68 @@ export class ClusterCreation {
       region: request.region !== null,
       pinned: request.hostId !== null,
     });
-    const [row] = await this.db.sql.query<CreateRow>(
-      text,
-      [
-        cluster.id,
-        request.gpuType,
-        request.gpuCount,
-        request.cpuCores,
-        request.memoryGb,
-        request.storageGb,
-        request.region,
-        request.hostId,
-        cluster.createdAt,
-        cluster.accountId,
-        cluster.ownerId,
-        cluster.name,
-        cluster.description,
-        cluster.projectId,
-        cluster.templateId,
-        cluster.dockerImage,
-        cluster.command,
-        JSON.stringify(cluster.env),
-        JSON.stringify(cluster.ports),
-        cluster.sshEnabled,
-        cluster.expiresAt,
-        JSON.stringify(options.spec),
-        options.pendingReason,
-        options.placedOnly,
-      ],
-      name,
-    );
+    const [row] = await this.#run(text, name, [
+      cluster.id,
+      request.gpuType,
+      request.gpuCount,
+      request.cpuCores,
+      request.memoryGb,
+      request.storageGb,
+      request.region,
+      request.hostId,
+      cluster.createdAt,
+      cluster.accountId,
+      cluster.ownerId,
+      cluster.name,
+      cluster.description,
+      cluster.projectId,
+      cluster.templateId,
+      cluster.dockerImage,
+      cluster.command,
+      JSON.stringify(cluster.env),
+      JSON.stringify(cluster.ports),
+      cluster.sshEnabled,
+      cluster.expiresAt,
+      JSON.stringify(options.spec),
+      options.pendingReason,
+      options.placedOnly,
+      options.region,
+    ]);
     if (!row?.id) return { kind: 'refused', couldFit: row?.could_fit === true };
-    const { could_fit: _fit, gpu_uuids: uuids, ...columns } = row;
-    const created = asCluster(columns);
+    // The row as inserted: the parameters, and what the placement decided.
+    const created: Cluster = {
+      ...clusterDraft(cluster, { ...request, region: row.region }),
+      status: row.status,
+      statusReason: row.status_reason,
+      hostId: row.host_id,
+      gpuIndices: row.gpu_indices,
+      hourlyRate: Number(row.hourly_rate),
+    };
     if (created.hostId === null) return { kind: 'pending', cluster: created };
     return {
       kind: 'placed',
       cluster: created,
       placement: {
         hostId: created.hostId,
-        gpus: created.gpuIndices.map((index, i) => ({ index, uuid: uuids?.[i] ?? `GPU-index-${index}` })),
+        gpus: created.gpuIndices.map((index, i) => ({
+          index,
+          uuid: row.gpu_uuids?.[i] ?? `GPU-index-${index}`,
+        })),
       },
     };
   }
-}
 
-/** The row as Prisma would give it (PGlite may hand JSON columns over as text). */
-function asCluster(row: Cluster): Cluster {
-  const json = (value: unknown) => (typeof value === 'string' ? JSON.parse(value) : value);
-  return {
-    ...row,
-    env: json(row.env),
-    ports: json(row.ports),
-    operation: json(row.operation),
-    hourlyRate: Number(row.hourlyRate),
-  };
+  /**
+   * Runs the statement; again when PostgreSQL broke a deadlock by rolling it back (nothing was written):
+   * a capacity sync locks the capacity tables whole, in an order a running statement may not share.
+   */
+  async #run(text: string, name: string, params: unknown[]): Promise<CreateRow[]> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.db.sql.query<CreateRow>(text, params, name);
+      } catch (error) {
+        if ((error as { code?: unknown } | null)?.code !== DEADLOCK_DETECTED || attempt >= 3) throw error;
+      }
+    }
+  }
 }

@@ -12,7 +12,8 @@ describe('pending clusters: reservation for the head of the queue', () => {
   let t: TestApp;
 
   beforeAll(async () => {
-    t = await createTestApp();
+    // The simulated host never sends a heartbeat: a grace period no loaded machine outlasts keeps it ready.
+    t = await createTestApp({ env: { ANVIL_HOST_GRACE_SECONDS: '3600' } });
     await insertSimulatedHosts(t.context.db, { prefix: 'rs', count: 1, gpusPerHost: 8, region: 'us-east-1' });
     // POST /clusters is limited to 20 an hour per account (spec); this file creates more.
     const boost = await call(t, {

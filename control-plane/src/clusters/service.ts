@@ -167,6 +167,7 @@ export class ClusterService {
       request: snapshot ? { ...request, region: null, hostId: snapshot.hostId } : request,
       spec: validSpec(id, workloadSpecOf(draft, [])),
       pendingReason: pendingReason(draft, false),
+      region: input.region,
       // A pending cluster is placed later on any host, where its snapshot is not: refused now instead.
       placedOnly: snapshot !== null,
     };

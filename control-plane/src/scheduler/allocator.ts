@@ -81,8 +81,31 @@ export class Allocator {
     private readonly clock: Clock,
   ) {}
 
+  #syncing: Promise<void> | null = null;
+  #syncAgain: Promise<void> | null = null;
+
+  /**
+   * Brings the capacity rows in line (capacity.ts). Calls made while one runs share the next one, which
+   * starts when it ends (the running one may have read before the caller's change): parallel creates that
+   * all found a new host unindexed would otherwise queue one table-locking sync each.
+   */
   sync(): Promise<void> {
-    return syncCapacity(this.db);
+    if (!this.#syncing) return this.#startSync();
+    this.#syncAgain ??= this.#syncing
+      .catch(() => {})
+      .then(() => {
+        this.#syncAgain = null;
+        return this.#startSync();
+      });
+    return this.#syncAgain;
+  }
+
+  #startSync(): Promise<void> {
+    const run = syncCapacity(this.db).finally(() => {
+      if (this.#syncing === run) this.#syncing = null;
+    });
+    this.#syncing = run;
+    return run;
   }
 
   /**
