@@ -427,6 +427,7 @@ export interface ReconnectRound {
   ready: number;
   /** Dials that did not end in a welcome, over the whole fleet. */
   failedDials: number;
+  /** Control-plane CPU from listening until all were ready: the wave's own cost, whatever the machine's load. */
   cpuSeconds: number;
   heartbeats: number;
   p50: number;
@@ -462,6 +463,7 @@ async function restartUnder(
   const port = new URL(cp.url).port;
   const next = await startFleetControlPlane({ ...env, BENCH_FLEET_PORT: port });
   const upAt = performance.now();
+  const startUsage = await controlPlaneUsage(next);
   rtts.length = 0;
   const failedBefore = hosts.reduce((sum, h) => sum + h.dials, 0);
   const allReady = () => hosts.every((h) => h.readyAt !== null && h.readyAt > stopAt);
@@ -480,7 +482,7 @@ async function restartUnder(
       readySeconds: ((ready === hosts.length ? last : readyAt) - upAt) / 1000,
       ready,
       failedDials: failedBefore + hosts.reduce((sum, h) => sum + h.dials, 0),
-      cpuSeconds: usage.cpuMicros / 1e6,
+      cpuSeconds: (usage.cpuMicros - startUsage.cpuMicros) / 1e6,
       ...rttFigures(rtts),
     },
   };
@@ -516,10 +518,12 @@ export async function runFleetSimBench(
     for (const [n, size] of sizes.entries()) {
       const rtts: number[] = [];
       const connectStart = performance.now();
+      const burstStart = await controlPlaneUsage(cp);
       const hosts = await pool(size, 64, (i) =>
         hello(new SimHost(url, credentials[i]!, i, cp.agentVersion, rtts, true)),
       );
       const connectSeconds = (performance.now() - connectStart) / 1000;
+      const burstCpuMs = ((await controlPlaneUsage(cp)).cpuMicros - burstStart.cpuMicros) / 1000;
       // One full interval so every host has sent once and the connection burst has drained.
       await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
       rtts.length = 0;
@@ -538,7 +542,8 @@ export async function runFleetSimBench(
       };
       rounds.push(round);
       process.stdout.write(
-        `  N=${String(size).padStart(5)}  hello burst ${connectSeconds.toFixed(1)} s   control plane CPU ` +
+        `  N=${String(size).padStart(5)}  hello burst ${connectSeconds.toFixed(1)} s ` +
+          `(control plane CPU ${(burstCpuMs / size).toFixed(1)} ms a hello)   then control plane CPU ` +
           `${round.cpuPercent.toFixed(1)} % of a core   RSS ${round.rssMiB.toFixed(0)} MiB   heartbeat RTT ` +
           `p50 ${round.p50.toFixed(1)} ms  p99 ${round.p99.toFixed(1)} ms  max ${round.max.toFixed(1)} ms ` +
           `(${round.heartbeats} heartbeats; ${alive} of ${size} hosts still connected; target at 5000: p99 < 100 ms)\n`,
@@ -552,7 +557,8 @@ export async function runFleetSimBench(
         process.stdout.write(
           `  restart under N=${size}: down ${r.restartSeconds.toFixed(1)} s (SIGTERM to listening again), then ` +
             `${r.ready} of ${size} ready in ${r.readySeconds.toFixed(1)} s (target: all within 30 s; ${r.failedDials} ` +
-            `refused or failed dials)   control plane CPU ${r.cpuSeconds.toFixed(1)} s   heartbeat RTT meanwhile ` +
+            `refused or failed dials)   control plane CPU meanwhile ${r.cpuSeconds.toFixed(1)} s ` +
+            `(${((r.cpuSeconds * 1000) / size).toFixed(1)} ms a host)   heartbeat RTT meanwhile ` +
             `p50 ${r.p50.toFixed(1)} ms  p99 ${r.p99.toFixed(1)} ms  max ${r.max.toFixed(1)} ms (${r.heartbeats} heartbeats; target p99 < 100 ms)\n`,
         );
       }
