@@ -95,7 +95,11 @@ export function createContext(
   const keys = new KeyResolver({ db, clock, logger: logger.child({ component: 'api-keys' }) });
   const revocations = new AccessRevocations(db, logger.child({ component: 'access-revocation' }));
   const apiKeys = new ApiKeyService(db, clock, keys, revocations);
-  const requestLog = new RequestLog({ sql: db.sql, clock });
+  const requestLog = new RequestLog({
+    sql: db.sql,
+    clock,
+    logger: logger.child({ component: 'request-log' }),
+  });
   const accounts = createAccountServices({ config, db, clock, keys, apiKeys, revocations, logger });
   const sessionAccess = new SessionAccessCheck(
     db,

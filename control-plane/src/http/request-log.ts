@@ -7,7 +7,6 @@ import type { RequestLog } from '../usage/request-log.ts';
  * Recording only appends to a buffer: the database write happens in batches (usage/request-log.ts).
  */
 export function installRequestLog(app: FastifyInstance, log: RequestLog, clock: Clock): void {
-  log.useLogger(app.log);
   app.addHook('onResponse', (request, reply, done) => {
     const principal = request.principal;
     if (principal) {

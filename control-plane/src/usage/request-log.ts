@@ -107,7 +107,7 @@ export class RequestLog {
   private readonly maxRollups: number;
   private readonly retentionMs: number;
   private readonly purgeIntervalMs: number;
-  private logger: BackgroundLogger;
+  private readonly logger: BackgroundLogger;
   private readonly intervals = new Intervals();
   private dropped = 0;
   /** Writes everything counted so far; concurrent calls share runs. */
@@ -123,10 +123,6 @@ export class RequestLog {
     this.purgeIntervalMs = options.purgeIntervalMs ?? 3_600_000;
     this.logger = options.logger ?? silentLogger;
     this.flush = coalesced(() => this.writeAll());
-  }
-
-  useLogger(logger: BackgroundLogger): void {
-    this.logger = logger;
   }
 
   start(): void {
