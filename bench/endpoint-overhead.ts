@@ -4,6 +4,10 @@
 // one at a time, alternating between the endpoints so both see the same machine; the overhead of one is
 // its runsync wall time (client side) minus the handler's own time. Printed: p50 and p99 per contract,
 // the RunPod-protocol/HTTP ratio, and the jobs' delayTime p50 (queued to started, RunPod's field).
+// The control plane and the agent run with their production timings (heartbeat 10 s, metrics 15 s, the
+// agent's resync every 30 s and flush every 500 ms), not the test harness's second-sized ones: the agent's
+// resync reconciles the firewall with a burst of iptables processes, every 2 s in tests, which took half
+// of this one process's time on a loaded machine and is no part of a job's path.
 // Run: `node --import tsx bench/endpoint-overhead.ts` (needs Docker). BENCH_RUNSYNC_ROUNDS (200).
 import { pathToFileURL } from 'node:url';
 import { freePort } from '../control-plane/src/testing/process.ts';
@@ -37,7 +41,10 @@ export async function runEndpointOverheadBench(rounds = ROUNDS): Promise<Runsync
   }
   let f: EndpointFleet | null = null;
   try {
-    f = await startEndpointFleet({}, { workerApi: { port: await freePort() } });
+    f = await startEndpointFleet(
+      { ANVIL_HEARTBEAT_SECONDS: '10', ANVIL_HOST_GRACE_SECONDS: '30', ANVIL_METRICS_SECONDS: '15' },
+      { workerApi: { port: await freePort() }, resyncIntervalMs: 30_000, flushIntervalMs: 500 },
+    );
     const fleet = f;
     await ensureNodeWorkerImage(fleet.docker);
     await fleet.cp.call('POST', '/v2/auth/temporary-boost', {

@@ -24,6 +24,11 @@ export interface DispatcherOptions {
 
 /** Replicas tell each other of queue changes on this channel (PostgreSQL; PGlite has one replica). */
 const CHANNEL = 'anvil_endpoint_jobs';
+/**
+ * And of jobs that reached a final status, payload `<replica> <job id>`: a runsync or status-sync waiting on
+ * one replica answers as soon as another one records the job's end, rather than at its next look.
+ */
+const FINISHED_CHANNEL = 'anvil_endpoint_job_finished';
 
 interface Running {
   job: EndpointJob;
@@ -47,8 +52,12 @@ export function outcomeOf(answer: RunAnswer): JobOutcome {
         : { status: 'COMPLETED', output: answer.outputs };
 }
 
-/** Told when a job reaches a final status on this replica (runsync waiters, webhooks). */
-export type JobListener = (jobId: string) => void;
+/**
+ * Told when a job reaches a final status (runsync waiters, webhooks): on this replica with its final row
+ * when the one that finished it has it at hand, and with none when another replica announced it (or the
+ * row was not read), so the listener reads it.
+ */
+export type JobListener = (jobId: string, row: EndpointJob | null) => void;
 
 /**
  * Takes queued jobs to workers with free slots (pull semantics: a job leaves the queue only when a
@@ -65,7 +74,7 @@ export class Dispatcher {
   readonly #troubled = new Map<string, number>();
   readonly #loop: PassLoop<{ dispatched: number; queued: boolean }>;
   readonly #changeListeners = new Set<() => void>();
-  #unlisten: (() => Promise<void>) | null = null;
+  #unlisten: (() => Promise<void>)[] = [];
   /** A NOTIFY is being sent / another is wanted after it (kicks coalesce into one at a time). */
   #notifying = false;
   #notifyAgain = false;
@@ -126,29 +135,37 @@ export class Dispatcher {
     // Renews the leases of the jobs running here; with none running, a renewal costs nothing.
     this.#renewTimer = setInterval(() => void this.#renew(), this.#renewMs);
     this.#renewTimer.unref();
-    if (this.d.db.kind === 'postgres')
-      void this.d.db
-        .listen(CHANNEL, (payload) => {
-          if (payload === this.replicaId) return;
-          this.#loop.kick();
-          this.#changed();
-        })
-        .then(
-          (unlisten) => {
-            if (this.#renewTimer) this.#unlisten = unlisten;
-            else void unlisten();
-          },
-          (error: unknown) =>
-            this.d.logger().error({ err: error }, 'endpoint dispatcher could not listen for queue changes'),
-        );
+    if (this.d.db.kind !== 'postgres') return;
+    this.#listen(CHANNEL, (payload) => {
+      if (payload === this.replicaId) return;
+      this.#loop.kick();
+      this.#changed();
+    });
+    this.#listen(FINISHED_CHANNEL, (payload) => {
+      const [replica, jobId] = payload.split(' ');
+      if (replica === this.replicaId || !jobId) return;
+      for (const listener of this.#listeners) listener(jobId, null);
+    });
+  }
+
+  #listen(channel: string, onPayload: (payload: string) => void): void {
+    void this.d.db.listen(channel, onPayload).then(
+      (unlisten) => {
+        if (this.#renewTimer) this.#unlisten.push(unlisten);
+        else void unlisten();
+      },
+      (error: unknown) =>
+        this.d
+          .logger()
+          .error({ err: error, channel }, 'endpoint dispatcher could not listen for job changes'),
+    );
   }
 
   /** Stops taking jobs, aborts those running here and queues them again. */
   async stop(): Promise<void> {
     if (this.#renewTimer) clearInterval(this.#renewTimer);
     this.#renewTimer = null;
-    await this.#unlisten?.();
-    this.#unlisten = null;
+    for (const unlisten of this.#unlisten.splice(0)) await unlisten();
     await this.#loop.stop();
     for (const running of this.#running.values()) running.abort.abort({ stop: 'shutdown' } satisfies Stop);
     const released = await this.d.jobs.releaseReplica(this.replicaId).catch(() => 0);
@@ -312,7 +329,7 @@ export class Dispatcher {
           status: 'TIMED_OUT',
           error: `execution timeout of ${job.executionTimeoutMs} ms passed`,
         });
-        if (done) this.#finished(job.id);
+        if (done) this.#finished(job.id, done);
         log.info({ job_id: job.id, worker_id: workerId }, 'endpoint job timed out');
         return;
       }
@@ -324,7 +341,7 @@ export class Dispatcher {
       this.d.onWorkerTrouble?.(workerId, message);
       // A request that never reached the worker does not count as an attempt.
       const status = await this.d.jobs.requeue(job.id, message, workerId, sent);
-      if (status === 'FAILED') this.#finished(job.id);
+      if (status === 'FAILED') this.#finished(job.id, null);
       log.warn(
         { job_id: job.id, worker_id: workerId, sent, err: message },
         'endpoint worker did not answer: job queued again',
@@ -332,18 +349,29 @@ export class Dispatcher {
       return;
     }
     const done = await this.d.jobs.finish(job.id, workerId, outcomeOf(answer));
-    if (done) this.#finished(job.id);
+    if (done) this.#finished(job.id, done);
   }
 
-  #finished(jobId: string): void {
-    for (const listener of this.#listeners) listener(jobId);
+  #finished(jobId: string, row: EndpointJob | null): void {
+    for (const listener of this.#listeners) listener(jobId, row);
     // Its webhook (if any) is due now: maintenance delivers it.
     this.#changed();
+    if (this.d.db.kind !== 'postgres' || !this.#renewTimer) return;
+    void this.d.db
+      .notify(FINISHED_CHANNEL, `${this.replicaId} ${jobId}`)
+      .catch((error: unknown) =>
+        this.d
+          .logger()
+          .warn({ err: error, job_id: jobId }, 'endpoint dispatcher could not announce a finished job'),
+      );
   }
 
-  /** A job reached a final status outside a dispatch here (ttl expiry): its waiters are told. */
-  notifyFinished(jobId: string): void {
-    this.#finished(jobId);
+  /**
+   * A job reached a final status outside a dispatch here (ttl expiry, cancel, a job-done taken here for
+   * another replica's dispatch): its waiters, here and on the other replicas, are told.
+   */
+  notifyFinished(jobId: string, row: EndpointJob | null = null): void {
+    this.#finished(jobId, row);
   }
 
   /** Renews the leases of the jobs running here; aborts those that moved on (cancelled elsewhere, ttl). */

@@ -2,13 +2,14 @@ import { ApiError } from '@anvil/shared';
 import type { AccountServices } from '../accounts/index.ts';
 import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
+import type { EndpointJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { isPrivateUrlHost } from '../util/outbound-guard.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import type { JobQueue, SubmitInput } from './jobs.ts';
 import type { EndpointService } from './service.ts';
 import { isFinal } from './states.ts';
-import { viewJob } from './view.ts';
+import { configurationOf, viewJob } from './view.ts';
 
 /** runsync waits this long by default (RunPod: 90 s), and at most 300 s. */
 export const DEFAULT_SYNC_WAIT_MS = 90_000;
@@ -19,7 +20,13 @@ export const MAX_STREAM_WAIT_MS = 60_000;
 /** Finished-job counts of GET /v2/<endpoint_id>/health cover this window. */
 export const HEALTH_WINDOW_MS = 86_400_000;
 
+/** /stream looks for new chunks this often. */
 const POLL_MS = 200;
+/**
+ * A waiting runsync or status-sync looks at its job this often as a safety net only: the job's end wakes
+ * it at once (the dispatcher's signal in this process, a NOTIFY from the replica that finished it).
+ */
+export const WAIT_SAFETY_POLL_MS = 2_000;
 
 function checkWebhook(url: string, allowPrivate: boolean): void {
   let parsed: URL;
@@ -88,9 +95,11 @@ export class ExecutionService {
       endpoints: EndpointService;
       jobs: JobQueue;
       dispatcher: Dispatcher;
-      /** The autoscaler wants to see a new job at once. */
+      /** The autoscaler wants to see a new job at once (a fixed worker count does not change with it). */
       kickSupervisor: () => void;
       allowPrivateWebhooks: boolean;
+      /** The safety-net look of waiting runsyncs (WAIT_SAFETY_POLL_MS; tests make it long). */
+      waitPollMs?: number;
     },
   ) {}
 
@@ -107,9 +116,12 @@ export class ExecutionService {
       },
       input,
     );
-    await this.d.accounts.resources.recordExecution(endpoint.accountId, actor.principal.userId, endpoint.id);
+    // Dispatched while the activity is recorded: that record is no part of the job's way to a worker.
     this.d.dispatcher.kick();
-    this.d.kickSupervisor();
+    // A supervisor pass reads every endpoint and its workers; run on each job it sat in the way of the
+    // dispatch (PGlite runs one statement at a time), and only autoscaling sizes workers from the queue.
+    if (configurationOf(endpoint).autoScaling.enabled) this.d.kickSupervisor();
+    await this.d.accounts.resources.recordExecution(endpoint.accountId, actor.principal.userId, endpoint.id);
     return job;
   }
 
@@ -124,25 +136,47 @@ export class ExecutionService {
     return this.#waitFinal(endpointId, job.id, waitMs);
   }
 
+  /**
+   * The job once it is final, or as it is when `waitMs` ran out. Woken by the job's end (the dispatcher's
+   * signal here, a NOTIFY from another replica), which comes with the final row when this replica finished
+   * it: that one is answered without reading the job again. The listener is in place before the first
+   * read, so an end between that read and the wait is not missed; the rare look every waitPollMs only
+   * covers an announcement that never arrived.
+   */
   async #waitFinal(endpointId: string, jobId: string, waitMs: number) {
     const until = Date.now() + waitMs;
+    const pollMs = this.d.waitPollMs ?? WAIT_SAFETY_POLL_MS;
+    /** What the job's end brought since the last look: its row, or `true` (read it). */
+    let ended: EndpointJob | true | null = null;
     let wake: (() => void) | null = null;
-    const unsubscribe = this.d.dispatcher.onFinished((id) => {
-      if (id === jobId) wake?.();
+    const unsubscribe = this.d.dispatcher.onFinished((id, row) => {
+      if (id !== jobId) return;
+      ended = row && row.endpointId === endpointId ? row : true;
+      wake?.();
     });
     try {
+      let job = await this.d.jobs.find(endpointId, jobId);
       for (;;) {
-        const job = await this.d.jobs.find(endpointId, jobId);
         const left = until - Date.now();
         if (isFinal(job.status) || left <= 0) return viewJob(job, this.d.clock.now());
-        // Woken at once when this replica finishes it; otherwise polled (another replica may run it).
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, Math.min(POLL_MS, left));
-          wake = () => {
-            clearTimeout(timer);
-            resolve();
-          };
-        });
+        if (ended === null) {
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, Math.min(pollMs, left));
+            wake = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+          wake = null;
+        }
+        // Set by the listener meanwhile (TypeScript cannot see the closure's write).
+        const row = ended as EndpointJob | true | null;
+        ended = null;
+        // A row past its ttl is read again, so that the answer is find()'s 404 as it would be.
+        job =
+          row !== null && row !== true && row.expiresAt.getTime() > this.d.clock.now().getTime()
+            ? row
+            : await this.d.jobs.find(endpointId, jobId);
       }
     } finally {
       unsubscribe();
@@ -207,6 +241,8 @@ export class ExecutionService {
     await this.d.endpoints.require(actor, endpointId, 'execute');
     const job = await this.d.jobs.cancel(endpointId, jobId);
     this.d.dispatcher.abort(jobId);
+    // Waiters (runsync, status-sync), here and on other replicas, answer with the cancel at once.
+    if (job.status === 'CANCELLED') this.d.dispatcher.notifyFinished(jobId, job);
     return { id: job.id, status: job.status };
   }
 

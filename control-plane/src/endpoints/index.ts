@@ -87,7 +87,7 @@ export function createEndpoints(deps: {
       dispatcher.kick();
       supervisor?.kick();
     },
-    finished: (jobId) => dispatcher.notifyFinished(jobId),
+    finished: (jobId, row) => dispatcher.notifyFinished(jobId, row),
     logger: log,
     ...(deps.options?.workerApiHoldMs === undefined ? {} : { holdMs: deps.options.workerApiHoldMs }),
   });

@@ -1,5 +1,6 @@
-import { type IncomingMessage, request } from 'node:http';
+import { Agent, type ClientRequestArgs, type IncomingMessage, request } from 'node:http';
 import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { socketLike } from '../proxy/upstream.ts';
 import type { TunnelOpener } from '../tunnels/types.ts';
 
@@ -10,6 +11,11 @@ import type { TunnelOpener } from '../tunnels/types.ts';
  * `POST /run` with `{id, input}` answers `{output}` or `{error}` as JSON, or streams
  * `application/x-ndjson` lines `{"output": <partial>}` (each one a stream chunk) ending with an optional
  * `{"error": "..."}` line.
+ *
+ * Jobs go over keep-alive connections kept per worker: opening a tunnel costs a command to the agent, the
+ * agent's look-up of the container in the engine and a new connection both ways, which was most of a
+ * short job's overhead. A worker that answers `Connection: close` (or closes idle connections) simply
+ * gets a new tunnel for its next job. Health checks always open their own, so they test the whole path.
  */
 
 /** The largest answer a worker may send (RunPod caps results at 20 MB too). */
@@ -37,8 +43,71 @@ interface CallOptions {
   onChunk?: (output: unknown) => Promise<void>;
 }
 
+/**
+ * An idle kept connection is closed after this long: under the 5 s idle timeout of common HTTP servers
+ * (Node's, uvicorn's), so a kept connection is seldom one the worker is closing as a job is sent on it.
+ */
+export const IDLE_CONNECTION_MS = 4_000;
+/** A job sent on a kept connection that turned out closed is sent again on a new one, this many times. */
+const STALE_RETRIES = 2;
+
+/** node:http's pool whose connections are tunnels to one worker's port. */
+class TunnelAgent extends Agent {
+  constructor(private readonly open: () => Promise<Duplex>) {
+    super({ keepAlive: true, timeout: IDLE_CONNECTION_MS, scheduling: 'lifo' });
+  }
+
+  override createConnection(
+    _options: ClientRequestArgs,
+    callback?: (err: Error | null, stream: Duplex) => void,
+  ): undefined {
+    this.open().then(
+      (stream) => callback?.(null, socketLike(stream)),
+      (error: Error) => callback?.(error, undefined as unknown as Duplex),
+    );
+    return undefined;
+  }
+
+  get idle(): boolean {
+    const empty = (table: NodeJS.ReadOnlyDict<unknown[]>) => Object.values(table).every((l) => !l?.length);
+    return empty(this.sockets) && empty(this.freeSockets) && empty(this.requests);
+  }
+}
+
 export class WorkerClient {
+  /** Kept connections per worker port; a pool is dropped once its last connection closed. */
+  readonly #pools = new Map<string, TunnelAgent>();
+
   constructor(private readonly tunnels: () => TunnelOpener) {}
+
+  /** Connections kept open now, over all workers (tests read it). */
+  get keptConnections(): number {
+    let n = 0;
+    for (const pool of this.#pools.values())
+      for (const list of [...Object.values(pool.sockets), ...Object.values(pool.freeSockets)])
+        n += list?.length ?? 0;
+    return n;
+  }
+
+  #pool(workerId: string, port: number): TunnelAgent {
+    const key = `${workerId}:${port}`;
+    let pool = this.#pools.get(key);
+    if (!pool) {
+      const created: TunnelAgent = new TunnelAgent(async () => {
+        const stream = await this.tunnels().openStream(workerId, port);
+        stream.once('close', () =>
+          // After the agent's own bookkeeping of the closed connection.
+          setImmediate(() => {
+            if (created.idle && this.#pools.get(key) === created) this.#pools.delete(key);
+          }),
+        );
+        return stream;
+      });
+      pool = created;
+      this.#pools.set(key, pool);
+    }
+    return pool;
+  }
 
   /** GET /health: the status and how long it took, or the reason it failed. */
   async probe(workerId: string, port: number, timeoutMs: number) {
@@ -70,7 +139,7 @@ export class WorkerClient {
     options: CallOptions,
   ): Promise<RunAnswer> {
     const body = Buffer.from(JSON.stringify({ id: job.id, input: job.input ?? null }));
-    const response = await this.#call(workerId, port, 'POST', '/run', body, options.signal);
+    const response = await this.#send(workerId, port, body, options.signal);
     const status = response.statusCode ?? 0;
     const type = String(response.headers['content-type'] ?? '');
     if (status >= 200 && status < 300 && type.includes('ndjson')) return this.#readStream(response, options);
@@ -131,6 +200,49 @@ export class WorkerClient {
     return { kind: 'stream', outputs, error };
   }
 
+  /** POST /run over a kept connection; one found closed as the job went out is replaced by a new one. */
+  async #send(workerId: string, port: number, body: Buffer, signal: AbortSignal): Promise<IncomingMessage> {
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        return await this.#pooledCall(this.#pool(workerId, port), body, signal);
+      } catch (error) {
+        if (!(error instanceof StaleConnection)) throw error;
+        if (attempt >= STALE_RETRIES) throw new WorkerUnreachable(error.message, false);
+      }
+    }
+  }
+
+  #pooledCall(pool: TunnelAgent, body: Buffer, signal: AbortSignal): Promise<IncomingMessage> {
+    return new Promise((resolve, reject) => {
+      if (signal.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      let sent = false;
+      const req = request({
+        method: 'POST',
+        path: '/run',
+        host: 'worker',
+        agent: pool,
+        headers: { 'content-type': 'application/json', 'content-length': body.length },
+        signal,
+      });
+      req.on('response', resolve);
+      req.on('error', (error: NodeJS.ErrnoException) => {
+        if (signal.aborted) reject(signal.reason);
+        // A kept connection the worker had closed: the job never reached it (no answer began), so it goes
+        // out again on a new connection (node:http's documented use of reusedSocket).
+        else if (req.reusedSocket && (error.code === 'ECONNRESET' || error.code === 'EPIPE'))
+          reject(new StaleConnection(error.message));
+        else reject(error instanceof WorkerUnreachable ? error : new WorkerUnreachable(error.message, sent));
+      });
+      req.on('finish', () => {
+        sent = true;
+      });
+      req.end(body);
+    });
+  }
+
   #call(
     workerId: string,
     port: number,
@@ -178,6 +290,9 @@ export class WorkerClient {
     });
   }
 }
+
+/** A kept connection turned out closed before the worker answered. */
+class StaleConnection extends Error {}
 
 async function* abortable(stream: IncomingMessage, signal: AbortSignal): AsyncGenerator<Buffer> {
   const onAbort = () => stream.destroy(signal.reason as Error);

@@ -5,7 +5,7 @@ import { ERROR_STATUS, type ErrorCode } from '@anvil/shared';
 import { TUNNEL_UPGRADE, WORKER_API_HEADERS } from '@anvil/shared/protocol';
 import type { Logger } from 'pino';
 import type { Clock } from '../../auth/clock.ts';
-import type { EndpointWorker } from '../../db/generated/client.ts';
+import type { EndpointJob, EndpointWorker } from '../../db/generated/client.ts';
 import type { Database } from '../../db/index.ts';
 import type { HostService } from '../../hosts/hosts.ts';
 import { outcomeOf } from '../dispatcher.ts';
@@ -44,8 +44,8 @@ export interface RunpodWorkerApiDeps {
   hosts: Pick<HostService, 'authenticate'>;
   /** A worker became ready: the dispatcher and the supervisor look now. */
   workerReady: () => void;
-  /** A job finished through this API on a replica that did not dispatch it (its local waiters are told). */
-  finished: (jobId: string) => void;
+  /** A job finished through this API on a replica that did not dispatch it (its waiters are told). */
+  finished: (jobId: string, row: EndpointJob) => void;
   logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
   holdMs?: number;
 }
@@ -275,7 +275,7 @@ export class RunpodWorkerApi {
     if (this.d.bridge.done(worker.id, jobId, answer)) return { accepted: true };
     const finished = await this.d.jobs.finish(jobId, worker.id, outcomeOf(answer));
     if (finished) {
-      this.d.finished(jobId);
+      this.d.finished(jobId, finished);
       return { accepted: true };
     }
     // Cancelled or timed out meanwhile (job-stop said so): its answer changes nothing.
