@@ -248,10 +248,17 @@ describe.skipIf(!dockerOrFail('test/training/managed.e2e.test.ts'))('managed tra
     });
     expect(resumed.step).toBeGreaterThan(0);
     expect(resumed.step).toBeLessThan(100);
-    const logs = await call(t, { url: `/v2/training/jobs/${low.id}/logs?search=resumed%20from` });
-    expect(logs.json().logs.map((l: { message: string }) => l.message)).toEqual([
-      `resumed from step ${resumed.step}`,
-    ]);
+    // The job's end and its last log lines travel separately (the log writer flushes in batches).
+    const resumedLines = await waitFor(
+      'the resumed trainer’s log line',
+      async () => {
+        const logs = await call(t, { url: `/v2/training/jobs/${low.id}/logs?search=resumed%20from` });
+        const lines = logs.json().logs.map((l: { message: string }) => l.message);
+        return lines.length > 0 ? lines : null;
+      },
+      30_000,
+    );
+    expect(resumedLines).toEqual([`resumed from step ${resumed.step}`]);
     // Requeued because the agent said rank 0's logs were all in, not after waiting that out.
     expect(warnings.filter((w) => w.includes('did not confirm its final log lines'))).toEqual([]);
     expect(highDone.preemptions).toBe(0);
