@@ -1,13 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { systemClock } from '../auth/clock.ts';
 import { createTestDatabase, type TestDatabase, testDatabaseKind } from '../testing/database.ts';
+import { startDispatcherPair } from '../testing/dispatchers.ts';
 import { waitFor } from '../testing/wait.ts';
-import { Dispatcher } from './dispatcher.ts';
-import { JobQueue } from './jobs.ts';
-import { RunpodBridge } from './runpod/bridge.ts';
-import type { WorkerClient } from './worker-client.ts';
-
-const quiet = () => ({ info() {}, warn() {}, error() {} });
+import type { Dispatcher } from './dispatcher.ts';
 
 /**
  * Issue 21: with an empty queue a dispatcher sleeps until its 60 s sweep; a job queued wakes it at once:
@@ -17,26 +12,15 @@ describe('endpoint dispatcher: wakes on a queued job, not on a poll', () => {
   let database: TestDatabase;
   let here: Dispatcher;
   let there: Dispatcher;
+  let dispatchers: ReturnType<typeof startDispatcherPair> | undefined;
 
   beforeAll(async () => {
     database = await createTestDatabase();
-    const make = () =>
-      new Dispatcher({
-        db: database.db,
-        clock: systemClock,
-        jobs: new JobQueue(database.db, systemClock),
-        client: {} as WorkerClient,
-        runpod: new RunpodBridge(() => {}),
-        logger: quiet,
-      });
-    here = make();
-    there = make();
-    here.start();
-    there.start();
+    dispatchers = startDispatcherPair(database.db);
+    ({ here, there } = dispatchers);
   });
   afterAll(async () => {
-    await here?.stop();
-    await there?.stop();
+    await dispatchers?.stop();
     await database?.drop();
   });
 

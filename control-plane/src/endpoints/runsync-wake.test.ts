@@ -5,15 +5,13 @@ import type { Actor } from '../auth/access.ts';
 import { systemClock } from '../auth/clock.ts';
 import type { Endpoint, EndpointJob } from '../db/generated/client.ts';
 import { createTestDatabase, type TestDatabase, testDatabaseKind } from '../testing/database.ts';
+import { startDispatcherPair } from '../testing/dispatchers.ts';
 import { waitFor } from '../testing/wait.ts';
-import { Dispatcher } from './dispatcher.ts';
+import type { Dispatcher } from './dispatcher.ts';
 import { ExecutionService } from './execution.ts';
 import { JobQueue } from './jobs.ts';
-import { RunpodBridge } from './runpod/bridge.ts';
 import type { EndpointService } from './service.ts';
-import type { WorkerClient } from './worker-client.ts';
 
-const quiet = () => ({ info() {}, warn() {}, error() {} });
 /** The safety-net look of a waiting runsync, made longer than any test: only a wake-up can answer it. */
 const NEVER_MS = 3_600_000;
 
@@ -42,6 +40,7 @@ describe('runsync waits wake on the job’s end, not on a poll', () => {
   let endpoint: Endpoint;
   let here: Dispatcher;
   let there: Dispatcher;
+  let dispatchers: ReturnType<typeof startDispatcherPair> | undefined;
   const actor = {} as Actor;
 
   beforeAll(async () => {
@@ -74,23 +73,11 @@ describe('runsync waits wake on the job’s end, not on a poll', () => {
         status: 'ready',
       },
     });
-    const make = () =>
-      new Dispatcher({
-        db: database.db,
-        clock: systemClock,
-        jobs: new JobQueue(database.db, systemClock),
-        client: {} as WorkerClient,
-        runpod: new RunpodBridge(() => {}),
-        logger: quiet,
-      });
-    here = make();
-    there = make();
-    here.start();
-    there.start();
+    dispatchers = startDispatcherPair(database.db);
+    ({ here, there } = dispatchers);
   });
   afterAll(async () => {
-    await here?.stop();
-    await there?.stop();
+    await dispatchers?.stop();
     await database?.drop();
   });
 
