@@ -94,6 +94,11 @@ describe.skipIf(!dockerOrFail('agent/src/reconcile/reconciler.test.ts'))(
       expect(report.workloads[0]?.ipAddress).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
       expect(reports.at(-1)).toEqual(report);
       expect(changes.filter((c) => c.phase === 'running')).toHaveLength(2);
+      // The change that says a container runs carries Docker's start time (it opens what bills from it).
+      for (const c of changes.filter((c) => c.phase === 'running')) {
+        expect(c.startedAt).toBe(report.workloads.find((w) => w.workloadId === c.workloadId)?.startedAt);
+        expect(Date.parse(c.startedAt ?? '')).not.toBeNaN();
+      }
       const ids = (await containersOf(hostId)).map((c) => c.Id).sort();
       expect(ids).toHaveLength(2);
 

@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import type { WorkloadPhase, WorkloadSpec, WorkloadStatus } from '@anvil/shared/protocol';
+import type { BodyOf, WorkloadPhase, WorkloadSpec, WorkloadStatus } from '@anvil/shared/protocol';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
 import { ImageMissingError, NameConflictError } from '../docker/errors.ts';
@@ -14,16 +14,8 @@ import { imageSource, snapshotRefusal, specAccount } from './image-policy.ts';
 import { ImagePuller, type PullBytes, type PullReport } from './image-puller.ts';
 import { statusFromInspect, statusWithoutContainer } from './status.ts';
 
-export interface ContainerStateChange {
-  workloadId: string;
-  containerId: string | null;
-  /** A WorkloadPhase, or `removed`. */
-  phase: string;
-  containerState: string | null;
-  exitCode: number | null;
-  error: string | null;
-  at: number;
-}
+/** What the agent tells the control plane when one container changes (the message's body, once). */
+export type ContainerStateChange = BodyOf<'container_state'>;
 
 export interface ActualReport {
   generation: number | null;
@@ -361,6 +353,7 @@ export class Reconciler {
       containerState: status.containerState,
       exitCode: status.exitCode,
       error: status.error,
+      startedAt: status.startedAt,
       at: status.at,
     });
     return true;

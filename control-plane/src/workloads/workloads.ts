@@ -345,6 +345,7 @@ export class WorkloadService {
       containerState: change.containerState,
       exitCode: change.exitCode,
       error: change.error,
+      startedAt: change.startedAt,
       at: change.at,
       ...(phase && phase !== 'removed' ? { phase } : {}),
     });

@@ -98,6 +98,11 @@ export const ContainerState = envelope('container_state', {
   containerState: Nullable(Type.String()),
   exitCode: Nullable(Type.Integer()),
   error: Nullable(Type.String()),
+  /**
+   * When the container last started (Docker's State.StartedAt), so what bills from a container's start
+   * opens with the change that says it runs (optional: older agents send none).
+   */
+  startedAt: Type.Optional(Nullable(Type.String())),
   at: EpochMs,
 });
 

@@ -1,3 +1,4 @@
+import { createMessage } from '@anvil/shared/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeWorkerSession } from '../../billing/worker-sessions.ts';
 import { insertSimulatedHosts } from '../../scheduler/simulated-hosts.ts';
@@ -129,6 +130,48 @@ describe('endpoint worker uptime billing', () => {
     expect(await prisma.usageRecord.count({ where: { resourceId: endpointId, kind: 'gpu_compute' } })).toBe(
       1,
     );
+  });
+
+  it('opens the session from the change that says the container runs, before any full report', async () => {
+    const created = await call(t, {
+      method: 'POST',
+      url: '/v2/endpoints',
+      payload: {
+        name: 'billed-at-start',
+        image: 'anvil-test/busybox:latest',
+        gpuType: 'H100',
+        configuration: { workerCount: 1 },
+      },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const endpointId = created.json().id as string;
+    const prisma = t.context.db.prisma;
+    const worker = await waitFor('a worker placed', () =>
+      prisma.endpointWorker.findFirst({ where: { endpointId } }),
+    );
+    // The agent's container_state message alone, as the gateway stores it: a worker may answer its
+    // health check (and turn ready) before the next actual_state report, and must be billed by then.
+    const startedAt = clock.now().toISOString();
+    await t.context.fleet.workloads.recordContainerState(
+      worker.hostId,
+      createMessage('container_state', {
+        workloadId: worker.id,
+        containerId: 'c'.repeat(64),
+        phase: 'running',
+        containerState: 'running',
+        exitCode: null,
+        error: null,
+        startedAt,
+        at: clock.now().getTime(),
+      }),
+    );
+    t.context.endpoints.supervisor.kick();
+    const row = await waitFor('the billing session opened', async () => {
+      const r = await prisma.endpointWorker.findUniqueOrThrow({ where: { id: worker.id } });
+      return r.billingStartedAt ? r : null;
+    });
+    expect(row.billingStartedAt?.toISOString()).toBe(startedAt);
+    expect((await call(t, { method: 'DELETE', url: `/v2/endpoints/${endpointId}` })).statusCode).toBe(200);
   });
 
   it('documents the rule in the OpenAPI descriptions of the usage and endpoint routes', async () => {
