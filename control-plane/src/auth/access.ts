@@ -53,6 +53,8 @@ export interface Requirement {
    * directory has no entry for it (rows from before the directory, tuning trials), instead of 404.
    */
   fallback?: Resource | undefined;
+  /** With resourceId: its directory entry, when the caller has just read it (not read again). */
+  listed?: Resource | undefined;
   /** A key scope the API key must also carry; missing → 403 INSUFFICIENT_PERMISSIONS with requiredScope. */
   keyScope?: KeyScope | undefined;
   /** Audit action on denial (default `<permission>_attempt`). */
@@ -383,8 +385,11 @@ export class AccessControl {
     }
     let resource: Resource | null = null;
     if (requirement.resourceId) {
-      resource =
-        (await this.findResource(member.accountId, requirement.resourceId)) ?? requirement.fallback ?? null;
+      const listed =
+        requirement.listed?.id === requirement.resourceId && requirement.listed.accountId === member.accountId
+          ? requirement.listed
+          : await this.findResource(member.accountId, requirement.resourceId);
+      resource = listed ?? requirement.fallback ?? null;
       if (!resource) {
         throw new ApiError('RESOURCE_NOT_FOUND', `no resource ${requirement.resourceId} in this account`, {
           resourceId: requirement.resourceId,

@@ -5,12 +5,14 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
 import { PrismaPGlite } from 'pglite-prisma-adapter';
 import { PrismaClient } from './generated/client.ts';
+import { PglitePrepared } from './pglite-prepared.ts';
 
 /** A raw SQL executor, for the migrator and the few hot paths that bypass Prisma. */
 export interface Sql {
   /**
-   * `name` makes it a prepared statement on PostgreSQL: parsed and planned once per connection (PGlite
-   * runs in-process and ignores it). A name must always be used with the same text.
+   * `name` makes it a prepared statement: parsed and planned once per connection on PostgreSQL, once per
+   * session on PGlite (pglite-prepared.ts). A name must always be used with the same text, a plain
+   * lower-case identifier; hot statements get one (on PGlite, planning runs in the API's thread).
    */
   query<T = Record<string, unknown>>(text: string, params?: unknown[], name?: string): Promise<T[]>;
   /** Runs a script of several statements (no parameters). */
@@ -37,8 +39,10 @@ export interface Database {
 
 export function openPglite(client: PGlite): Database {
   const prisma = new PrismaClient({ adapter: new PrismaPGlite(client) });
+  const prepared = new PglitePrepared(client);
   const sql: Sql = {
-    async query<T>(text: string, params: unknown[] = []) {
+    async query<T>(text: string, params: unknown[] = [], name?: string) {
+      if (name) return prepared.run<T>(name, text, params);
       return (await client.query<T>(text, params)).rows;
     },
     async exec(script) {

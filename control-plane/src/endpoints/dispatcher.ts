@@ -220,9 +220,8 @@ export class Dispatcher {
   }
 
   async #pass(): Promise<{ dispatched: number; queued: boolean }> {
-    // Most passes find no queued job anywhere: this probe (one index lookup, cheap to plan) answers them.
-    // The join below costs several milliseconds to plan on PGlite, which plans every statement anew in the
-    // API's own thread: run four times a second on an idle queue, it delayed API requests.
+    // Most passes find no queued job anywhere: this probe (one index lookup) answers them. Both are
+    // prepared: the join below takes several milliseconds to plan, on PGlite in the API's own thread.
     const queued = await this.d.db.sql.query(
       `SELECT 1 FROM endpoint_jobs WHERE status = 'IN_QUEUE' LIMIT 1`,
       [],
@@ -245,6 +244,8 @@ export class Dispatcher {
           AND h.state = 'ready' AND h.connected_replica_id IS NOT NULL
           AND EXISTS (SELECT 1 FROM endpoint_jobs q WHERE q.endpoint_id = w.endpoint_id AND q.status = 'IN_QUEUE')
         ORDER BY w.endpoint_id, 6, w.ready_at, w.id`,
+      [],
+      'dispatcher_ready_workers',
     );
     let dispatched = 0;
     const now = Date.now();

@@ -6,6 +6,7 @@ import type { EndpointJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { isPrivateUrlHost } from '../util/outbound-guard.ts';
 import type { Dispatcher } from './dispatcher.ts';
+import { EndWatch } from './end-watch.ts';
 import type { JobQueue, SubmitInput } from './jobs.ts';
 import type { EndpointService } from './service.ts';
 import { isFinal } from './states.ts';
@@ -132,54 +133,39 @@ export class ExecutionService {
 
   /** Queues the job and waits up to `waitMs` for it to finish; answers its status either way. */
   async runSync(actor: Actor, endpointId: string, input: RunInput, waitMs: number) {
-    const job = await this.run(actor, endpointId, input);
-    return this.#waitFinal(endpointId, job.id, waitMs);
+    // Listening before the job is queued: a fast worker may end it before run() returns.
+    const watch = new EndWatch(this.d.dispatcher, endpointId);
+    try {
+      const job = await this.run(actor, endpointId, input);
+      watch.follow(job.id);
+      return await this.#waitFinal(endpointId, job.id, waitMs, watch, job);
+    } finally {
+      watch.close();
+    }
   }
 
   /**
    * The job once it is final, or as it is when `waitMs` ran out. Woken by the job's end (the dispatcher's
    * signal here, a NOTIFY from another replica), which comes with the final row when this replica finished
-   * it: that one is answered without reading the job again. The listener is in place before the first
-   * read, so an end between that read and the wait is not missed; the rare look every waitPollMs only
-   * covers an announcement that never arrived.
+   * it: that one is answered without reading the job again. `watch` listens from before the first read
+   * (or the queueing, whose row is `first`), so an end meanwhile is not missed; the rare look every
+   * waitPollMs only covers an announcement that never arrived.
    */
-  async #waitFinal(endpointId: string, jobId: string, waitMs: number) {
+  async #waitFinal(endpointId: string, jobId: string, waitMs: number, watch: EndWatch, first?: EndpointJob) {
     const until = Date.now() + waitMs;
     const pollMs = this.d.waitPollMs ?? WAIT_SAFETY_POLL_MS;
-    /** What the job's end brought since the last look: its row, or `true` (read it). */
-    let ended: EndpointJob | true | null = null;
-    let wake: (() => void) | null = null;
-    const unsubscribe = this.d.dispatcher.onFinished((id, row) => {
-      if (id !== jobId) return;
-      ended = row && row.endpointId === endpointId ? row : true;
-      wake?.();
-    });
-    try {
-      let job = await this.d.jobs.find(endpointId, jobId);
-      for (;;) {
-        const left = until - Date.now();
-        if (isFinal(job.status) || left <= 0) return viewJob(job, this.d.clock.now());
-        if (ended === null) {
-          await new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, Math.min(pollMs, left));
-            wake = () => {
-              clearTimeout(timer);
-              resolve();
-            };
-          });
-          wake = null;
-        }
-        // Set by the listener meanwhile (TypeScript cannot see the closure's write).
-        const row = ended as EndpointJob | true | null;
-        ended = null;
-        // A row past its ttl is read again, so that the answer is find()'s 404 as it would be.
-        job =
-          row !== null && row !== true && row.expiresAt.getTime() > this.d.clock.now().getTime()
-            ? row
-            : await this.d.jobs.find(endpointId, jobId);
-      }
-    } finally {
-      unsubscribe();
+    let job = first ?? (await this.d.jobs.find(endpointId, jobId));
+    for (;;) {
+      const left = until - Date.now();
+      if (isFinal(job.status) || left <= 0) return viewJob(job, this.d.clock.now());
+      await watch.sleep(Math.min(pollMs, left));
+      const end = watch.take();
+      // The final row when it came with the end; otherwise (ended elsewhere, the safety poll, or a row past
+      // its ttl, so that the answer is find()'s 404 as it would be) the job is read.
+      job =
+        end !== null && end !== true && end.expiresAt.getTime() > this.d.clock.now().getTime()
+          ? end
+          : await this.d.jobs.find(endpointId, jobId);
     }
   }
 
@@ -189,7 +175,13 @@ export class ExecutionService {
    */
   async statusSync(actor: Actor, endpointId: string, jobId: string, waitMs: number) {
     await this.d.endpoints.require(actor, endpointId, 'read');
-    return this.#waitFinal(endpointId, jobId, waitMs);
+    const watch = new EndWatch(this.d.dispatcher, endpointId);
+    watch.follow(jobId);
+    try {
+      return await this.#waitFinal(endpointId, jobId, waitMs, watch);
+    } finally {
+      watch.close();
+    }
   }
 
   async status(actor: Actor, endpointId: string, jobId: string, query: { ttl?: string | undefined } = {}) {

@@ -4,6 +4,7 @@ import type { Clock } from '../auth/clock.ts';
 import { type Endpoint, type EndpointJob, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { TX_OPTIONS } from '../scheduler/allocator.ts';
+import { jobColumns, jobFromRow } from './job-rows.ts';
 import { isFinal, type JobStatus, type JobTrigger, move } from './states.ts';
 
 type Tx = Prisma.TransactionClient;
@@ -75,24 +76,27 @@ export class JobQueue {
     const now = this.clock.now();
     const ttl = input.policy?.ttl ?? DEFAULT_TTL_MS;
     const executionTimeout = input.policy?.executionTimeout ?? endpoint.timeoutSeconds * 1000;
-    return this.db.prisma.endpointJob.create({
-      data: {
-        id: randomUUID(),
-        endpointId: endpoint.id,
-        accountId: endpoint.accountId,
-        userId: by.userId,
-        keyId: by.keyId,
-        status: 'IN_QUEUE',
-        input: json(input.input),
-        executionTimeoutMs: executionTimeout,
-        ttlMs: BigInt(ttl),
-        expiresAt: new Date(now.getTime() + ttl),
-        webhook: input.webhook ?? null,
-        queuedAt: now,
-        createdAt: now,
-        updatedAt: now,
-      },
-    });
+    const [row] = await this.db.sql.query(
+      `INSERT INTO endpoint_jobs (id, endpoint_id, account_id, user_id, key_id, status, input,
+              execution_timeout_ms, ttl_ms, expires_at, webhook, queued_at, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, 'IN_QUEUE', $6::jsonb, $7, $8, $9, $10, $11, $11, $11)
+       RETURNING ${jobColumns('endpoint_jobs')}`,
+      [
+        randomUUID(),
+        endpoint.id,
+        endpoint.accountId,
+        by.userId,
+        by.keyId,
+        input.input === undefined || input.input === null ? null : JSON.stringify(input.input),
+        executionTimeout,
+        ttl,
+        new Date(now.getTime() + ttl),
+        input.webhook ?? null,
+        now,
+      ],
+      'endpoint_jobs_submit',
+    );
+    return jobFromRow(row!);
   }
 
   /** The job, or 404 JOB_NOT_FOUND (another endpoint's, unknown, or past its ttl). */
@@ -110,8 +114,9 @@ export class JobQueue {
 
   /**
    * Gives worker `workerId` up to its free slots of the endpoint's oldest queued jobs, IN_PROGRESS with
-   * a lease held by `replicaId`. The worker's row lock orders claimers; the count of its running jobs is
-   * read after the lock (a new statement, so a fresh snapshot), and the jobs are taken SKIP LOCKED.
+   * a lease held by `replicaId`, in one round trip (anvil_claim_endpoint_jobs, migration
+   * 20261129000100): the worker's row lock orders claimers; the count of its running jobs is read after
+   * the lock (a new statement, so a fresh snapshot), and the jobs are taken SKIP LOCKED.
    */
   async claim(
     worker: { id: string; endpointId: string; maxConcurrency: number },
@@ -121,42 +126,25 @@ export class JobQueue {
     limit?: number,
   ): Promise<EndpointJob[]> {
     const now = this.clock.now();
-    const ids = await this.db.prisma.$transaction(async (tx: Tx) => {
-      const locked = await tx.$queryRawUnsafe<{ id: string }[]>(
-        `SELECT id FROM endpoint_workers WHERE id = $1 AND status = 'ready' FOR UPDATE`,
+    const claim = move('claim');
+    const rows = await this.db.sql.query(
+      `SELECT ${jobColumns('c')}
+         FROM anvil_claim_endpoint_jobs($1, $2, $3, $4, $5, $6, $7, $8::text[], $9) c
+        ORDER BY c.queued_at, c.id`,
+      [
         worker.id,
-      );
-      if (locked.length === 0) return [];
-      const [busy] = await tx.$queryRawUnsafe<{ n: number }[]>(
-        `SELECT count(*)::int AS n FROM endpoint_jobs WHERE worker_id = $1 AND status = 'IN_PROGRESS'`,
-        worker.id,
-      );
-      const free = Math.min(worker.maxConcurrency - (busy?.n ?? 0), limit ?? Number.POSITIVE_INFINITY);
-      if (free <= 0) return [];
-      const rows = await tx.$queryRawUnsafe<{ id: string }[]>(
-        `WITH next AS (
-           SELECT id FROM endpoint_jobs
-            WHERE endpoint_id = $1 AND status IN (${fromList('claim')}) AND expires_at > $3
-            ORDER BY queued_at, id
-            LIMIT $2
-            FOR UPDATE SKIP LOCKED)
-         UPDATE endpoint_jobs j
-            SET status = '${move('claim').to}', worker_id = $4, dispatched_by = $5, lease_until = $6,
-                started_at = $3, attempts = j.attempts + 1, updated_at = $3
-           FROM next WHERE j.id = next.id
-         RETURNING j.id`,
         worker.endpointId,
-        free,
+        worker.maxConcurrency,
+        limit ?? null,
         now,
-        worker.id,
         replicaId,
         new Date(now.getTime() + leaseMs),
-      );
-      return rows.map((r) => r.id);
-    }, TX_OPTIONS);
-    if (ids.length === 0) return [];
-    const jobs = await this.db.prisma.endpointJob.findMany({ where: { id: { in: ids } } });
-    return jobs.sort((a, b) => a.queuedAt.getTime() - b.queuedAt.getTime() || a.id.localeCompare(b.id));
+        claim.from,
+        claim.to,
+      ],
+      'endpoint_jobs_claim',
+    );
+    return rows.map(jobFromRow);
   }
 
   /**
@@ -184,25 +172,29 @@ export class JobQueue {
     const now = this.clock.now();
     const trigger: JobTrigger =
       outcome.status === 'COMPLETED' ? 'complete' : outcome.status === 'FAILED' ? 'fail' : 'timeout';
-    return this.db.prisma.$transaction(async (tx: Tx) => {
-      const rows = await tx.$queryRawUnsafe<{ id: string }[]>(
-        `UPDATE endpoint_jobs
+    // The job's end and its execution's usage record (RECORD_EXECUTION) in one statement.
+    const [row] = await this.db.sql.query(
+      `WITH done AS (
+         UPDATE endpoint_jobs
             SET status = $3, output = $4::jsonb, error = $5, completed_at = $6, updated_at = $6, lease_until = NULL,
                 webhook_status = CASE WHEN webhook IS NULL THEN NULL ELSE 'pending' END, webhook_next_at = $6
-          WHERE id = $1 AND worker_id = $2 AND status IN (${fromList(trigger)})
-          RETURNING id`,
+          WHERE id = $1 AND worker_id = $2 AND status = ANY ($7::text[])
+          RETURNING *),
+       ${RECORD_EXECUTION('$6', '$8')}
+       SELECT ${jobColumns('done')} FROM done`,
+      [
         jobId,
         workerId,
         move(trigger).to,
         outcome.output === undefined ? null : JSON.stringify(outcome.output),
         outcome.error ?? null,
         now,
-      );
-      if (rows.length === 0) return null;
-      const job = await tx.endpointJob.findUniqueOrThrow({ where: { id: jobId } });
-      await recordExecution(tx, job, now);
-      return job;
-    }, TX_OPTIONS);
+        move(trigger).from,
+        newId('use'),
+      ],
+      'endpoint_jobs_finish',
+    );
+    return row ? jobFromRow(row) : null;
   }
 
   /**
@@ -290,19 +282,18 @@ export class JobQueue {
     const job = await this.find(endpointId, jobId);
     if (isFinal(job.status)) return job;
     const now = this.clock.now();
-    await this.db.prisma.$transaction(async (tx: Tx) => {
-      const rows = await tx.$queryRawUnsafe<{ id: string }[]>(
-        `UPDATE endpoint_jobs SET status = '${move('cancel').to}', completed_at = $2, updated_at = $2, lease_until = NULL,
+    // A job cancelled while running gets the usage record of the time it ran, in the same statement.
+    await this.db.sql.query(
+      `WITH done AS (
+         UPDATE endpoint_jobs SET status = $3, completed_at = $2, updated_at = $2, lease_until = NULL,
                 webhook_status = CASE WHEN webhook IS NULL THEN NULL ELSE 'pending' END, webhook_next_at = $2
-          WHERE id = $1 AND status IN (${fromList('cancel')}) RETURNING id`,
-        jobId,
-        now,
-      );
-      // A job cancelled while running was billed for the time it ran.
-      if (rows.length > 0 && job.status === 'IN_PROGRESS') {
-        await recordExecution(tx, await tx.endpointJob.findUniqueOrThrow({ where: { id: jobId } }), now);
-      }
-    }, TX_OPTIONS);
+          WHERE id = $1 AND status = ANY ($4::text[])
+          RETURNING *),
+       ${RECORD_EXECUTION('$2', '$5')}
+       SELECT id FROM done`,
+      [jobId, now, move('cancel').to, move('cancel').from, newId('use')],
+      'endpoint_jobs_cancel',
+    );
     return this.find(endpointId, jobId);
   }
 
@@ -436,37 +427,28 @@ export class JobQueue {
 }
 
 /**
- * The usage record of one execution (usage reports, GET /v2/accounts/usage/endpoints): kind execution,
- * quantity 1, GPU hours = (completed_at − started_at) × gpu_count, cost 0: the worker's uptime is what is
- * billed (billing/worker-sessions.ts) and already holds these GPU-seconds, so charging them again here
- * would bill them twice. The record counts executions, their duration and outcome.
+ * The usage record of one execution, as CTEs after a CTE `done` that ended the job (UPDATE … RETURNING *),
+ * so that the end and its record are one statement (usage reports, GET /v2/accounts/usage/endpoints):
+ * kind execution, quantity 1, GPU hours = (completed_at − started_at) × the endpoint's gpu_count, cost 0:
+ * the worker's uptime is what is billed (billing/worker-sessions.ts) and already holds these GPU-seconds,
+ * so charging them again here would bill them twice. The record counts executions, their duration and
+ * outcome. A job that never started (ended while queued) has none. `now` and `id` are parameter
+ * references of the enclosing statement.
  */
-async function recordExecution(tx: Tx, job: EndpointJob, now: Date): Promise<void> {
-  if (!job.startedAt) return;
-  const endpoint = await tx.endpoint.findUnique({ where: { id: job.endpointId } });
-  if (!endpoint) return;
-  const ended = job.completedAt ?? now;
-  const durationMs = Math.max(0, ended.getTime() - job.startedAt.getTime());
-  const gpuHours = (durationMs / 3_600_000) * endpoint.gpuCount;
-  await tx.usageRecord.create({
-    data: {
-      id: newId('use'),
-      accountId: job.accountId,
-      userId: job.userId,
-      resourceType: 'endpoint',
-      resourceId: job.endpointId,
-      kind: 'execution',
-      gpuType: endpoint.gpuType,
-      gpuCount: endpoint.gpuCount,
-      quantity: 1,
-      unit: 'executions',
-      gpuHours,
-      cost: 0,
-      currency: 'USD',
-      startedAt: job.startedAt,
-      endedAt: ended,
-      metadata: { jobId: job.id, durationMs, success: job.status === 'COMPLETED', status: job.status },
-      createdAt: now,
-    },
-  });
+function RECORD_EXECUTION(now: string, id: string): string {
+  return `measured AS (
+         SELECT d.*, e.gpu_type AS endpoint_gpu_type, e.gpu_count AS endpoint_gpu_count,
+                GREATEST(0, round(extract(epoch FROM d.completed_at - d.started_at) * 1000))::bigint AS duration_ms
+           FROM done d JOIN endpoints e ON e.id = d.endpoint_id
+          WHERE d.started_at IS NOT NULL),
+       recorded AS (
+         INSERT INTO usage_records (id, account_id, user_id, resource_type, resource_id, kind, gpu_type, gpu_count,
+                quantity, unit, gpu_hours, cost, currency, started_at, ended_at, metadata, created_at)
+         SELECT ${id}, m.account_id, m.user_id, 'endpoint', m.endpoint_id, 'execution', m.endpoint_gpu_type,
+                m.endpoint_gpu_count, 1, 'executions', m.duration_ms / 3600000.0 * m.endpoint_gpu_count, 0, 'USD',
+                m.started_at, m.completed_at,
+                jsonb_build_object('jobId', m.id, 'durationMs', m.duration_ms, 'success', m.status = 'COMPLETED',
+                                   'status', m.status),
+                ${now}
+           FROM measured m)`;
 }

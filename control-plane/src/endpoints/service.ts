@@ -90,6 +90,7 @@ export class EndpointService {
       permission,
       scope: 'endpoints',
       resourceId: listed ? endpoint.id : undefined,
+      listed: listed ?? undefined,
     });
     return endpoint;
   }
