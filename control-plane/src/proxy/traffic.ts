@@ -105,7 +105,7 @@ export class TrafficRecorder {
   private readonly purgeIntervalMs: number;
   private readonly maxBufferedEntries: number;
   private readonly maxBufferedPorts: number;
-  private logger: BackgroundLogger;
+  private readonly logger: BackgroundLogger;
   private readonly intervals = new Intervals();
   /** Writes everything buffered so far; concurrent calls share runs. */
   readonly flush: () => Promise<void>;
@@ -119,10 +119,6 @@ export class TrafficRecorder {
     this.maxBufferedPorts = options.maxBufferedPorts ?? 10_000;
     this.logger = options.logger ?? silentLogger;
     this.flush = coalesced(() => this.write());
-  }
-
-  useLogger(logger: BackgroundLogger): void {
-    this.logger = logger;
   }
 
   start(): void {
