@@ -76,6 +76,34 @@ describe('RequestLog', () => {
     }
   });
 
+  it('keeps no flush timer while nothing waits (only the hourly purge)', async () => {
+    let writes = 0;
+    const sql: Sql = {
+      inThread: true,
+      query: async <T>() => {
+        writes++;
+        return [] as T[];
+      },
+      exec: async () => {},
+    };
+    vi.useFakeTimers();
+    const log = new RequestLog({ sql, clock });
+    try {
+      log.start();
+      expect(vi.getTimerCount()).toBe(1);
+      await vi.advanceTimersByTimeAsync(60_000);
+      expect(writes).toBe(0);
+      log.record(record());
+      expect(vi.getTimerCount()).toBe(2);
+      await vi.advanceTimersByTimeAsync(10_000);
+      expect(writes).toBe(1);
+      expect(vi.getTimerCount()).toBe(1);
+    } finally {
+      await log.stop();
+      vi.useRealTimers();
+    }
+  });
+
   it('counts requests in memory and upserts one row per key, route, status and minute', async () => {
     const counted = counting(database.db.sql);
     const log = new RequestLog({ sql: counted.sql, clock });
