@@ -15,29 +15,12 @@ describe('proxy key authorisation', () => {
 
   beforeAll(async () => {
     t = await createTestApp({ clock });
-    await t.context.db.prisma.cluster.create({
-      data: {
-        id: clusterId,
-        accountId: t.accountId,
-        ownerId: t.userId,
-        name: 'key-access',
-        status: 'running',
-        gpuType: 'H100',
-        gpuCount: 1,
-        cpuCores: 1,
-        memoryGb: 1,
-        storageGb: 1,
-        dockerImage: 'anvil-test/busybox:latest',
-        command: [],
-        ports: [],
-        gpuIndices: [],
-      },
-    });
-  });
-
-  beforeAll(async () => {
-    await t.context.db.prisma.cluster.create({
-      data: clusterRow({ id: cookieClusterId, accountId: t.accountId, ownerId: t.userId, name: 'cookies' }),
+    const owner = { accountId: t.accountId, ownerId: t.userId };
+    await t.context.db.prisma.cluster.createMany({
+      data: [
+        clusterRow({ id: clusterId, ...owner, name: 'key-access' }),
+        clusterRow({ id: cookieClusterId, ...owner, name: 'cookies' }),
+      ],
     });
   });
 
