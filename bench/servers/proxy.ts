@@ -37,13 +37,13 @@ const config = loadConfig({
   ANVIL_LOCAL_AGENT: '0',
   ANVIL_BOOTSTRAP_API_KEY: key,
 });
+const docker = new Dockerode();
 const server = await startServer(
   config,
   createLogger('warn'),
   new Writable({ write: (_c, _e, done) => done() }),
+  tunnels === 'bridge' ? { proxyTunnels: new DockerBridgeTunnels(docker) } : {},
 );
-const docker = new Dockerode();
-if (tunnels === 'bridge') server.context.proxy.useTunnels(new DockerBridgeTunnels(docker));
 
 async function until<T>(what: string, check: () => Promise<T | null | undefined | false>): Promise<T> {
   const deadline = Date.now() + 300_000;

@@ -26,6 +26,7 @@ import {
   type TrainingArtifacts,
 } from './training/artifacts/index.ts';
 import { createTraining, type Training } from './training/index.ts';
+import type { TunnelOpener } from './tunnels/types.ts';
 import { ApiUsageService } from './usage/api-usage.ts';
 import { RequestLog } from './usage/request-log.ts';
 import { createUsageServices, type UsageServices } from './usage/service.ts';
@@ -86,11 +87,18 @@ export interface AppContext {
   stop(): Promise<void>;
 }
 
+/** Named test doubles a test or bench wires in at construction; production passes none. */
+export interface ContextSeams {
+  /** The tunnels the HTTPS proxy reaches containers through, instead of the agents' reverse tunnels. */
+  proxyTunnels?: TunnelOpener;
+}
+
 export function createContext(
   config: Config,
   db: Database,
   clock: Clock = systemClock,
   logger: Logger = pino({ level: 'silent' }),
+  seams: ContextSeams = {},
 ): AppContext {
   const keys = new KeyResolver({ db, clock, logger: logger.child({ component: 'api-keys' }) });
   const revocations = new AccessRevocations(db, logger.child({ component: 'access-revocation' }));
@@ -188,7 +196,7 @@ export function createContext(
     revocations,
     liveSessions,
     // The agents' reverse tunnels (contract 4).
-    tunnels: () => fleet.tunnels,
+    tunnels: () => seams.proxyTunnels ?? fleet.tunnels,
     logger: logger.child({ component: 'proxy' }),
     ipPolicy: accounts.ipPolicy,
   });

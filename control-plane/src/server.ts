@@ -4,7 +4,7 @@ import { type LocalAgent, startLocalAgent } from './agents/local-agent.ts';
 import { buildApp } from './app.ts';
 import { bootstrapOwner } from './auth/bootstrap.ts';
 import type { Config } from './config.ts';
-import { type AppContext, createContext } from './context.ts';
+import { type AppContext, type ContextSeams, createContext } from './context.ts';
 import { openMigratedDatabase } from './db/index.ts';
 
 export interface RunningServer {
@@ -19,6 +19,7 @@ export async function startServer(
   config: Config,
   logger: Logger,
   out: NodeJS.WritableStream = process.stdout,
+  seams: ContextSeams = {},
 ): Promise<RunningServer> {
   const db = await openMigratedDatabase(config);
   logger.info({ database: db.kind }, 'database migrated');
@@ -34,7 +35,7 @@ export async function startServer(
     }
   }
 
-  const context = createContext(config, db, undefined, logger);
+  const context = createContext(config, db, undefined, logger, seams);
   const secretKey = context.accounts.secretKeySource();
   if (secretKey.source !== 'config') {
     logger.warn(

@@ -104,10 +104,10 @@ describe.skipIf(!dockerOrFail('test/proxy/proxy.e2e.test.ts'))(
       dataDir = await mkdtemp(join(tmpdir(), 'anvil-proxy-'));
       t = await createTestApp({
         env: { ANVIL_PROXY_PORT: '0', ANVIL_DATA_DIR: dataDir, ANVIL_HOST: '0.0.0.0' },
+        // Contract 4's real TunnelOpener needs an agent running the workload; this file uses the named test
+        // double (net.connect to the container on the Docker bridge). See the report for the agent-backed run.
+        seams: { proxyTunnels: new DockerBridgeTunnels(docker) },
       });
-      // Contract 4's real TunnelOpener needs an agent running the workload; this file uses the named test
-      // double (net.connect to the container on the Docker bridge). See the report for the agent-backed run.
-      t.context.proxy.useTunnels(new DockerBridgeTunnels(docker));
       await t.context.proxy.start();
       proxyPort = t.context.proxy.port!;
       caPath = join(dataDir, 'proxy-tls', 'ca.crt');

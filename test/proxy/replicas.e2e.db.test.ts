@@ -121,14 +121,15 @@ describe('HTTPS port proxy across two control-plane replicas on one database', (
     // One data directory: both replicas serve the same development CA and certificate.
     dataDir = await mkdtemp(join(tmpdir(), 'anvil-proxy-replicas-'));
     const env = { ANVIL_PROXY_PORT: '0', ANVIL_DATA_DIR: dataDir, ANVIL_HOST: '127.0.0.1' };
-    a = await createTestApp({ env });
+    a = await createTestApp({ env, seams: { proxyTunnels: tunnels } });
     // On PostgreSQL the second replica gets its own connection pool, as a second process would.
     bDb = a.database.url ? openPostgres(a.database.url, 3) : a.database.db;
-    b = await createTestApp({ env, database: { db: bDb, url: a.database.url, drop: async () => {} } });
-    for (const replica of replicas()) {
-      replica.context.proxy.useTunnels(tunnels);
-      await replica.context.proxy.start();
-    }
+    b = await createTestApp({
+      env,
+      seams: { proxyTunnels: tunnels },
+      database: { db: bDb, url: a.database.url, drop: async () => {} },
+    });
+    for (const replica of replicas()) await replica.context.proxy.start();
     ca = await readFile(join(dataDir, 'proxy-tls', 'ca.crt'));
     await a.context.db.prisma.cluster.create({
       data: {

@@ -203,7 +203,7 @@ describe('HTTPS proxy: tenant isolation in browsers', () => {
     });
     expect(raised.statusCode).toBe(200);
     expect(raised.json().data.access_control.required_permission).toBe('write');
-    // The route cache (2 s) and the session verdict cache (5 s) are per replica: wait them out by polling.
+    // The route cache (2 s) and the session verdict cache (3 s) are per replica: wait them out by polling.
     const deadline = Date.now() + 15_000;
     let status = 200;
     while (status === 200 && Date.now() < deadline) {

@@ -134,11 +134,11 @@ export class TenantWorld {
 
   static async start(): Promise<TenantWorld> {
     const dataDir = await mkdtemp(join(tmpdir(), 'anvil-tenants-'));
+    const tunnels = new LoopbackTunnels();
     const t = await createTestApp({
       env: { ANVIL_PROXY_PORT: '0', ANVIL_DATA_DIR: dataDir, ANVIL_PROXY_DOMAIN: PROXY_DOMAIN },
+      seams: { proxyTunnels: tunnels },
     });
-    const tunnels = new LoopbackTunnels();
-    t.context.proxy.useTunnels(tunnels);
     await t.context.proxy.start();
     const ca = await readFile(join(dataDir, 'proxy-tls', 'ca.crt'));
     return new TenantWorld(t, tunnels, ca, dataDir);

@@ -1,27 +1,13 @@
-import { newId } from '@anvil/shared';
 import type { Cluster, Prisma } from '../db/generated/client.ts';
 import { gpuUuidsAt } from './gpu-devices.ts';
+import { type ClosedSession, recordGpuSession } from './ledger.ts';
 
 type Tx = Prisma.TransactionClient;
 
-const HOUR_MS = 3_600_000;
-
-/** Cost of a session of `ms` milliseconds at `hourlyRate` USD per hour, rounded to 1/10000 USD. */
-export function sessionCost(hourlyRate: number, ms: number): number {
-  return Math.round(((hourlyRate * Math.max(0, ms)) / HOUR_MS) * 10_000) / 10_000;
-}
-
-export interface ClosedSession {
-  startedAt: Date;
-  endedAt: Date;
-  hours: number;
-  cost: number;
-}
-
 /**
- * Closes the cluster's open billing session at `endedAt` (contract 6): one usage_records row (kind
- * gpu_compute, resource type cluster, quantity in hours, GPU-hours, cost at the rate fixed at placement)
- * and session_started_at cleared, in the caller's transaction. The record names the host and GPU UUIDs
+ * Closes the cluster's open billing session at `endedAt` (contract 6): its usage record (the ledger's
+ * recordGpuSession, resource type cluster, cost at the rate fixed at placement) and session_started_at
+ * cleared, in the caller's transaction. The record names the host and GPU UUIDs
  * the session held (usage/gpu-history.ts reads their samples). The UPDATE's condition makes a second
  * close of the same session (another replica, a retried step) a no-op. Null when no session was open.
  */
@@ -45,11 +31,6 @@ export async function closeSession(
     cluster.id,
     endedAt,
   );
-  const startedAt = new Date(started);
-  const end = endedAt.getTime() < startedAt.getTime() ? startedAt : endedAt;
-  const ms = end.getTime() - startedAt.getTime();
-  const hours = ms / HOUR_MS;
-  const cost = sessionCost(cluster.hourlyRate, ms);
   // The GPUs the session held, so reports find their samples once the cluster has released them.
   const host = hostId
     ? await tx.host.findUnique({ where: { id: hostId }, select: { inventory: true } })
@@ -57,25 +38,17 @@ export async function closeSession(
   const gpus = hostId
     ? { host_id: hostId, gpu_uuids: gpuUuidsAt(host?.inventory, rows[0]?.gpu_indices ?? []) }
     : {};
-  await tx.usageRecord.create({
-    data: {
-      id: newId('use'),
-      accountId: cluster.accountId,
-      userId: cluster.ownerId,
-      resourceType: 'cluster',
-      resourceId: cluster.id,
-      kind: 'gpu_compute',
-      gpuType: cluster.gpuType,
-      gpuCount: cluster.gpuCount,
-      quantity: hours,
-      unit: 'hours',
-      gpuHours: hours * cluster.gpuCount,
-      cost,
-      currency: 'USD',
-      startedAt,
-      endedAt: end,
-      metadata: { reason, hourly_rate: cluster.hourlyRate, ...gpus },
-    },
+  return recordGpuSession(tx, {
+    accountId: cluster.accountId,
+    userId: cluster.ownerId,
+    resourceType: 'cluster',
+    resourceId: cluster.id,
+    gpuType: cluster.gpuType,
+    gpuCount: cluster.gpuCount,
+    hourlyRate: cluster.hourlyRate,
+    startedAt: new Date(started),
+    endedAt,
+    reason,
+    details: gpus,
   });
-  return { startedAt, endedAt: end, hours, cost };
 }

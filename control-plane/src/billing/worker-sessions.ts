@@ -1,10 +1,7 @@
-import { newId } from '@anvil/shared';
 import type { EndpointWorker, Prisma } from '../db/generated/client.ts';
-import { sessionCost } from './sessions.ts';
+import { recordGpuSession } from './ledger.ts';
 
 type Tx = Prisma.TransactionClient;
-
-const HOUR_MS = 3_600_000;
 
 /**
  * Endpoint workers bill their uptime, as RunPod bills active workers: from the moment the worker's
@@ -37,9 +34,9 @@ export async function openWorkerSession(tx: Tx, workerId: string, startedAt: Dat
 }
 
 /**
- * Closes the worker's open session at `endedAt` into one usage record (resource type endpoint, kind
- * gpu_compute, quantity in hours, GPU-hours, cost at the worker's rate) and clears billing_started_at, in
- * the caller's transaction. The row lock makes a second close (another replica, a retry) a no-op. The
+ * Closes the worker's open session at `endedAt` into its usage record (the ledger's recordGpuSession,
+ * resource type endpoint, cost at the worker's rate) and clears billing_started_at, in the caller's
+ * transaction. The row lock makes a second close (another replica, a retry) a no-op. The
  * record names the host and GPU UUIDs, so reports find the GPU samples of the session later.
  */
 export async function closeWorkerSession(
@@ -66,37 +63,22 @@ export async function closeWorkerSession(
     tx.workload.findUnique({ where: { id: worker.id }, select: { spec: true } }),
   ]);
   const gpus = (workload?.spec as { gpus?: { uuid?: unknown }[] } | null)?.gpus ?? [];
-  const startedAt = new Date(started);
-  const end = endedAt.getTime() < startedAt.getTime() ? startedAt : endedAt;
-  const ms = end.getTime() - startedAt.getTime();
-  const hours = ms / HOUR_MS;
-  const rate = Number(rows[0]?.rate ?? 0);
-  const gpuCount = endpoint?.gpuCount ?? gpus.length;
-  await tx.usageRecord.create({
-    data: {
-      id: newId('use'),
-      accountId: worker.accountId,
-      userId: endpoint?.ownerId ?? null,
-      resourceType: 'endpoint',
-      resourceId: worker.endpointId,
-      kind: 'gpu_compute',
-      gpuType: endpoint?.gpuType ?? null,
-      gpuCount,
-      quantity: hours,
-      unit: 'hours',
-      gpuHours: hours * gpuCount,
-      cost: sessionCost(rate, ms),
-      currency: 'USD',
-      startedAt,
-      endedAt: end,
-      metadata: {
-        reason,
-        hourly_rate: rate,
-        worker_id: worker.id,
-        ...(endpoint ? { name: endpoint.name } : {}),
-        host_id: worker.hostId,
-        gpu_uuids: gpus.map((g) => g.uuid).filter((u): u is string => typeof u === 'string'),
-      },
+  await recordGpuSession(tx, {
+    accountId: worker.accountId,
+    userId: endpoint?.ownerId ?? null,
+    resourceType: 'endpoint',
+    resourceId: worker.endpointId,
+    gpuType: endpoint?.gpuType ?? null,
+    gpuCount: endpoint?.gpuCount ?? gpus.length,
+    hourlyRate: Number(rows[0]?.rate ?? 0),
+    startedAt: new Date(started),
+    endedAt,
+    reason,
+    details: {
+      worker_id: worker.id,
+      ...(endpoint ? { name: endpoint.name } : {}),
+      host_id: worker.hostId,
+      gpu_uuids: gpus.map((g) => g.uuid).filter((u): u is string => typeof u === 'string'),
     },
   });
   return true;

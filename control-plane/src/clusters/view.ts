@@ -1,5 +1,5 @@
 import type { WorkloadStatus } from '@anvil/shared/protocol';
-import { sessionCost } from '../billing/sessions.ts';
+import { sessionCost } from '../billing/ledger.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import { type Operation, progressOf } from './operation.ts';
 import type { PortRequest } from './requests.ts';

@@ -5,8 +5,11 @@ import type { Duplex } from 'node:stream';
 import { ApiError } from '@anvil/shared';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
+import type { LiveSessions } from '../access-revocation/live-sessions.ts';
+import type { Clock } from '../auth/clock.ts';
 import type { ProxyPortMapping } from '../db/generated/client.ts';
 import { errorBody } from '../http/error-body.ts';
+import type { ProxyAuthorization } from './authorization.ts';
 import {
   clearedSessionCookie,
   corsGrant,
@@ -19,12 +22,38 @@ import {
   sessionCookie,
   withoutProxyCookies,
 } from './browser-policy.ts';
-import type { ProxyLimit } from './rate-limiter.ts';
+import type { ProxyLimit, ProxyRateLimits } from './rate-limiter.ts';
 import { CLIENT_CLOSED, ResponseRelay } from './relay.ts';
-import type { ProxyService } from './service.ts';
+import type { ProxySessions } from './sessions.ts';
 import type { Route } from './store.ts';
 import { PROXY_TLS_SERVER_OPTIONS, type ProxyTls } from './tls.ts';
+import type { TrafficRecorder } from './traffic.ts';
 import { type MappingAccess, rateLimitOf } from './types.ts';
+import type { UpstreamPool } from './upstream.ts';
+
+/**
+ * What the gateway uses of the proxy around it (ProxyService builds it): routing, admission,
+ * authorisation, the upstream tunnels and traffic accounting; nothing of the configuration API.
+ */
+export interface GatewayParts {
+  /** ANVIL_PROXY_DOMAIN: hosts are `<cluster id>-<port>.<domain>`. */
+  domain: string;
+  clock: Clock;
+  /** The compiled route of a cluster (settings, mappings, address rules), null when there is none. */
+  routes: { route(clusterId: string): Promise<Route | null> };
+  /**
+   * The refusal when the cluster's account keeps an address allowlist without this client, else null.
+   */
+  accountAddressRefusal(accountId: string, req: IncomingMessage): Promise<string | null>;
+  authorization: Pick<ProxyAuthorization, 'key' | 'cookie'>;
+  /** Login tickets redeemed into cookie sessions, and sessions ended at logout. */
+  logins: Pick<ProxySessions, 'redeem' | 'end'>;
+  rateLimits: Pick<ProxyRateLimits, 'admit'>;
+  upstreams: Pick<UpstreamPool, 'pool' | 'open'>;
+  traffic: Pick<TrafficRecorder, 'log' | 'forwarded'>;
+  /** WebSockets counted against the account's limit and ended on revocation. */
+  liveSessions: Pick<LiveSessions, 'hold'>;
+}
 
 /** Paths the proxy answers itself on every mapping host (never forwarded). */
 export const LOGIN_PATH = '/__anvil/login';
@@ -111,7 +140,7 @@ export class ProxyGateway {
   private readonly targets = new Map<string, ReturnType<typeof parseProxyHost>>();
 
   constructor(
-    private readonly proxy: ProxyService,
+    private readonly proxy: GatewayParts,
     private readonly logger: Logger,
   ) {}
 
@@ -201,7 +230,7 @@ export class ProxyGateway {
       userId = admitted.caller.userId;
       if (path === LOGOUT_PATH) {
         const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
-        if (cookie) await this.proxy.sessions.end(cookie);
+        if (cookie) await this.proxy.logins.end(cookie);
         res.writeHead(204, { 'set-cookie': clearedSessionCookie() });
         res.end();
         finish(204);
@@ -226,7 +255,7 @@ export class ProxyGateway {
   }
 
   private async mappingAccess(clusterId: string, port: number): Promise<MappingAccess | null> {
-    const route = await this.proxy.store.route(clusterId);
+    const route = await this.proxy.routes.route(clusterId);
     const mapping = route && findMapping(route, port);
     return mapping ? (route.access.get(mapping.id)?.access ?? null) : null;
   }
@@ -239,7 +268,7 @@ export class ProxyGateway {
     clientIp: string,
     preflight: boolean,
   ): Promise<Admitted | null> {
-    const route = await this.proxy.store.route(clusterId);
+    const route = await this.proxy.routes.route(clusterId);
     if (!route) throw new Refusal(404, 'CLUSTER_NOT_FOUND', `no cluster ${clusterId}`);
     const mapping = findMapping(route, port);
     if (!mapping) {
@@ -332,38 +361,23 @@ export class ProxyGateway {
       return { userId: null, role: null, byCookie: false, keyId: null, visitor: `ip:${clientIp}` };
     const permission = access.required_permission;
     if (credentials.anvilKey) {
-      const user = await this.proxy.authorizeKey(
+      const user = await this.proxy.authorization.key(
         req.headers.authorization!,
         route.cluster.id,
         clientIp,
         permission,
       );
-      return {
-        userId: user.userId,
-        role: user.role,
-        byCookie: false,
-        keyId: user.keyId,
-        visitor: `user:${user.userId}`,
-      };
+      return { ...user, byCookie: false, visitor: `user:${user.userId}` };
     }
     const cookie = credentials.cookie === null ? null : readCookie(req.headers.cookie, SESSION_COOKIE);
     if (cookie) {
-      const session = await this.proxy.sessions.find(cookie, route.cluster.accountId);
-      if (
-        session &&
-        session.clusterId === route.cluster.id &&
-        session.internalPort === mapping.internalPort
-      ) {
-        await this.proxy.authorizeSession(session.userId, route.cluster.id, permission);
-        const role = await this.proxy.roleOf(session.userId);
-        return {
-          userId: session.userId,
-          role,
-          byCookie: true,
-          keyId: session.keyId,
-          visitor: `user:${session.userId}`,
-        };
-      }
+      const user = await this.proxy.authorization.cookie(
+        cookie,
+        route.cluster,
+        mapping.internalPort,
+        permission,
+      );
+      if (user) return { ...user, byCookie: true, visitor: `user:${user.userId}` };
     }
     throw new Refusal(
       401,
@@ -423,7 +437,7 @@ export class ProxyGateway {
         done(refusal.status);
       },
     );
-    this.proxy.pool.pool(route.cluster.id, mapping.internalPort).dispatch(
+    this.proxy.upstreams.pool(route.cluster.id, mapping.internalPort).dispatch(
       {
         path: req.url ?? '/',
         method: (req.method ?? 'GET') as Dispatcher.HttpMethod,
@@ -492,7 +506,7 @@ export class ProxyGateway {
       });
       let upstream: Duplex;
       try {
-        upstream = await this.proxy.pool.open(target.clusterId, admitted.mapping.internalPort);
+        upstream = await this.proxy.upstreams.open(target.clusterId, admitted.mapping.internalPort);
       } catch (error) {
         release();
         throw error;
@@ -575,7 +589,7 @@ export class ProxyGateway {
     const url = new URL(req.url ?? '/', 'https://proxy.invalid');
     const ticket = url.searchParams.get('ticket') ?? '';
     const next = url.searchParams.get('next') ?? '/';
-    const route = await this.proxy.store.route(clusterId);
+    const route = await this.proxy.routes.route(clusterId);
     const mapping = route && findMapping(route, port);
     if (!route || !mapping)
       throw new Refusal(404, 'PORT_MAPPING_NOT_FOUND', `port ${port} of ${clusterId} is not mapped`);
@@ -585,7 +599,7 @@ export class ProxyGateway {
       throw new Refusal(403, 'FORBIDDEN', `address ${clientIp} is blocked`);
     const access = route.access.get(mapping.id)!.access;
     const minutes = access.session_timeout_minutes ?? route.settings.sessionTimeoutMinutes;
-    const session = await this.proxy.sessions.redeem(ticket, clusterId, mapping.internalPort, minutes);
+    const session = await this.proxy.logins.redeem(ticket, clusterId, mapping.internalPort, minutes);
     if (!session) throw new Refusal(401, 'UNAUTHORIZED', 'the login ticket is unknown, used or expired');
     const location = sameOriginPath(next, ownOrigin(req.headers.host) ?? 'https://proxy.invalid');
     res.writeHead(302, {

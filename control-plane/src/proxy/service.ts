@@ -8,7 +8,6 @@ import type { AccountIpPolicy } from '../accounts/settings-ip-policy.ts';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { KeyResolver } from '../auth/key-resolver.ts';
-import type { Principal } from '../auth/principal.ts';
 import { ClusterAccess } from '../clusters/access.ts';
 import type { ClusterViewParts } from '../clusters/view-parts.ts';
 import type { Config } from '../config.ts';
@@ -17,6 +16,7 @@ import type { Database } from '../db/index.ts';
 import { TrustedProxies } from '../http/client-address.ts';
 import { SharedCounterLimiter, SqlCounterStore } from '../ratelimit/index.ts';
 import type { TunnelOpener } from '../tunnels/types.ts';
+import { ProxyAuthorization, refuseServiceKey } from './authorization.ts';
 import { ProxyGateway } from './gateway.ts';
 import { HealthScheduler } from './health.ts';
 import { invalidCidrs } from './ip-rules.ts';
@@ -32,16 +32,12 @@ import {
   healthCheckOf,
   type MappingAccess,
   mappingAccessOf,
-  type ProxyPermission,
   type RateLimit,
   rateLimitOf,
   type SecurityHeaders,
   securityHeadersOf,
 } from './types.ts';
 import { UpstreamPool } from './upstream.ts';
-
-/** How long the proxy trusts that a key's user may read a cluster (owner, share) before asking again. */
-export const ACCESS_CACHE_MS = 5_000;
 
 /** Reported as meta.proxy_version. */
 export const PROXY_VERSION = '1.0.0';
@@ -57,7 +53,10 @@ export interface ProxyServiceOptions {
   revocations: AccessRevocations;
   /** Where WebSocket connections are counted against the account's limit, and ended on revocation. */
   liveSessions: LiveSessions;
-  /** The tunnel implementation; null until one exists (requests then answer 502). */
+  /**
+   * The tunnel implementation, asked per new upstream connection; null until one exists (requests then
+   * answer 502). Tests pass a named test double here (createContext's `proxyTunnels`).
+   */
   tunnels: () => TunnelOpener | null;
   logger: Logger;
   /** The account-wide address allowlist (security.api_access.ip_whitelist). */
@@ -118,21 +117,10 @@ export class ProxyService {
   readonly clusters: ClusterAccess;
   readonly liveSessions: LiveSessions;
   private readonly health: HealthScheduler;
+  /** Who may pass an authenticated port (key or login cookie), with its caches. */
+  readonly authorization: ProxyAuthorization;
   private readonly gateway: ProxyGateway;
-  private tunnelOverride: TunnelOpener | null = null;
   private tls: ProxyTls | null = null;
-  /** Cluster access verdicts per `<key id>:<cluster id>` (authorizeKey). */
-  private readonly accessCache = new Map<
-    string,
-    { userId: string; role: string; keyId: string; at: number }
-  >();
-  private readonly accessChecks = new Map<
-    string,
-    Promise<{ userId: string; role: string; keyId: string; at: number }>
-  >();
-  private readonly roles = new Map<string, { role: string | null; at: number }>();
-  /** Session members' access verdicts per `<user id>:<cluster id>:<permission>` (authorizeSession). */
-  private readonly sessionAccess = new Map<string, { allowed: boolean; reason: string; at: number }>();
   private readonly trustedProxies: TrustedProxies;
 
   constructor(private readonly options: ProxyServiceOptions) {
@@ -148,12 +136,6 @@ export class ProxyService {
       options.logger.child({ component: 'proxy-sessions' }),
     );
     this.liveSessions = options.liveSessions;
-    // A revoked share or suspended member stops reaching the cluster at once, not after ACCESS_CACHE_MS.
-    options.revocations.subscribe(() => {
-      this.accessCache.clear();
-      this.roles.clear();
-      this.sessionAccess.clear();
-    });
     const background = options.logger.child({ component: 'proxy-traffic' });
     this.traffic = new TrafficRecorder({ sql: options.db.sql, clock: options.clock, logger: background });
     this.limiter = new SharedCounterLimiter({
@@ -163,7 +145,16 @@ export class ProxyService {
     });
     this.rateLimits = new ProxyRateLimits(this.limiter);
     this.clusters = new ClusterAccess(options.db, options.access);
-    this.pool = new UpstreamPool(() => this.tunnelOverride ?? options.tunnels() ?? unavailableTunnels);
+    this.authorization = new ProxyAuthorization({
+      db: options.db,
+      clock: options.clock,
+      keys: options.keys,
+      clusters: this.clusters,
+      sessions: this.sessions,
+      sessionAccess: options.sessionAccess,
+      revocations: options.revocations,
+    });
+    this.pool = new UpstreamPool(() => options.tunnels() ?? unavailableTunnels);
     this.health = new HealthScheduler({
       db: options.db,
       clock: options.clock,
@@ -172,21 +163,30 @@ export class ProxyService {
       logger: options.logger.child({ component: 'proxy-health' }),
       onChange: (clusterId) => this.store.invalidate(clusterId),
     });
-    this.gateway = new ProxyGateway(this, options.logger.child({ component: 'proxy' }));
+    this.gateway = new ProxyGateway(
+      {
+        domain: this.domain,
+        clock: this.clock,
+        routes: this.store,
+        accountAddressRefusal: (accountId, req) => this.accountAddressRefusal(accountId, req),
+        authorization: this.authorization,
+        logins: this.sessions,
+        rateLimits: this.rateLimits,
+        upstreams: this.pool,
+        traffic: this.traffic,
+        liveSessions: this.liveSessions,
+      },
+      options.logger.child({ component: 'proxy' }),
+    );
   }
+
   /**
    * The refusal when the cluster's account keeps an address allowlist without this client (its address
    * from X-Forwarded-For only through ANVIL_TRUSTED_PROXIES), else null.
    */
-  async accountAddressRefusal(accountId: string, req: IncomingMessage): Promise<string | null> {
+  private async accountAddressRefusal(accountId: string, req: IncomingMessage): Promise<string | null> {
     const refusal = await this.options.ipPolicy.admit(accountId, this.trustedProxies.clientOf(req));
     return refusal ? refusal.message : null;
-  }
-
-  /** Replaces the tunnel implementation (tests use a named test double until the agent's tunnels exist). */
-  useTunnels(tunnels: TunnelOpener | null): void {
-    this.tunnelOverride = tunnels;
-    this.pool.destroy();
   }
 
   /** Loads (or generates) the certificate, listens on ANVIL_PROXY_PORT, starts health checks and flushes. */
@@ -235,103 +235,6 @@ export class ProxyService {
     const listening = this.gateway.port ?? this.options.config.proxyPort;
     const suffix = listening === 443 || listening === 0 ? '' : `:${listening}`;
     return `https://${clusterId.replace('_', '-')}-${port}.${this.domain}${suffix}`;
-  }
-
-  // ---- used by the gateway ----
-
-  /**
-   * An Anvil key presented to the proxy: valid, not a service key, scoped to clusters, and allowed
-   * `permission` on this cluster (the key's own permissions and the member's access alike).
-   * The key itself is checked on every request through the KeyResolver, whose cache every revocation,
-   * rotation or suspension clears in all processes at once, so a revoked key is refused immediately.
-   * Only the cluster access verdict (owner or share) is kept here, per key, cluster and permission, for
-   * ACCESS_CACHE_MS: an unshared cluster stops being reachable through the proxy within that bound.
-   */
-  async authorizeKey(
-    authorization: string,
-    clusterId: string,
-    ip: string,
-    permission: ProxyPermission,
-  ): Promise<{ userId: string; role: string; keyId: string }> {
-    const header = authorization.startsWith('Bearer ')
-      ? authorization
-      : authorization.replace(/^Bearer\s+/i, 'Bearer ');
-    const keys = this.options.keys;
-    const principal = keys.resolveCached(header) ?? (await keys.resolve(header));
-    refuseServiceKey(principal);
-    if (!principal.scopes.includes('clusters')) {
-      throw new ApiError('FORBIDDEN', 'this API key is not scoped to clusters', { scope: 'clusters' });
-    }
-    if (!principal.permissions.includes(permission)) {
-      throw new ApiError('FORBIDDEN', `this port needs a key with the ${permission} permission`, {
-        required_permission: `clusters:${permission}`,
-        keyPermissions: principal.permissions,
-      });
-    }
-    const cacheKey = `${principal.keyId}:${clusterId}:${permission}`;
-    const nowMs = this.clock.now().getTime();
-    const cached = this.accessCache.get(cacheKey);
-    if (cached && nowMs - cached.at < ACCESS_CACHE_MS) return cached;
-    // Requests arriving while the access is being checked share the check rather than each querying.
-    let check = this.accessChecks.get(cacheKey);
-    if (!check) {
-      check = this.clusters
-        .require({ principal, ip }, clusterId, permission)
-        .then(() => ({
-          userId: principal.userId,
-          role: principal.userRole,
-          keyId: principal.keyId,
-          at: nowMs,
-        }))
-        .finally(() => this.accessChecks.delete(cacheKey));
-      this.accessChecks.set(cacheKey, check);
-    }
-    const entry = await check;
-    if (this.accessCache.size >= 10_000) this.accessCache.clear();
-    this.accessCache.set(cacheKey, entry);
-    return entry;
-  }
-
-  /**
-   * Whether a login session's member still holds `permission` on the cluster (a port's
-   * required_permission may be raised after the login), cached ACCESS_CACHE_MS per user, cluster and
-   * permission. 403 INSUFFICIENT_PERMISSIONS when not.
-   */
-  async authorizeSession(userId: string, clusterId: string, permission: ProxyPermission): Promise<void> {
-    const cacheKey = `${userId}:${clusterId}:${permission}`;
-    const nowMs = this.clock.now().getTime();
-    const cached = this.sessionAccess.get(cacheKey);
-    let verdict = cached && nowMs - cached.at < ACCESS_CACHE_MS ? cached : null;
-    if (!verdict) {
-      const cluster = await this.options.db.prisma.cluster.findFirst({
-        where: { id: clusterId, deletedAt: null },
-      });
-      const decision = cluster
-        ? await this.clusters.decideForMember(cluster, userId, permission)
-        : { allowed: false, reason: 'the cluster is gone' };
-      verdict = { allowed: decision.allowed, reason: decision.reason, at: nowMs };
-      if (this.sessionAccess.size >= 10_000) this.sessionAccess.clear();
-      this.sessionAccess.set(cacheKey, verdict);
-    }
-    if (!verdict.allowed) {
-      throw new ApiError(
-        'INSUFFICIENT_PERMISSIONS',
-        `this port needs ${permission} access to the cluster (${verdict.reason})`,
-        { required_permission: `clusters:${permission}` },
-      );
-    }
-  }
-
-  async roleOf(userId: string): Promise<string | null> {
-    const nowMs = this.clock.now().getTime();
-    const cached = this.roles.get(userId);
-    if (cached && nowMs - cached.at < 30_000) return cached.role;
-    const user = await this.options.db.prisma.user.findUnique({
-      where: { id: userId },
-      select: { role: true },
-    });
-    this.roles.set(userId, { role: user?.role ?? null, at: nowMs });
-    return user?.role ?? null;
   }
 
   // ---- configuration API ----
@@ -676,15 +579,6 @@ export class ProxyService {
       created_at: m.createdAt.toISOString(),
       updated_at: m.updatedAt.toISOString(),
     };
-  }
-}
-
-/** Service keys run workloads for programs; they never open a cluster's ports (nor its shell). */
-function refuseServiceKey(principal: Principal): void {
-  if (principal.keyType === 'service') {
-    throw new ApiError('FORBIDDEN', 'service keys cannot open cluster ports: use a member key', {
-      keyType: 'service',
-    });
   }
 }
 

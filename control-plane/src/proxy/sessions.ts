@@ -3,7 +3,6 @@ import { ApiError } from '@anvil/shared';
 import type { Logger } from 'pino';
 import type { SessionAccessCheck } from '../access-revocation/access-check.ts';
 import type { AccessRevocations, Revocation } from '../access-revocation/revocations.ts';
-import type { RolePermission } from '../accounts/roles.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 
@@ -27,7 +26,7 @@ const hashOf = (token: string) => createHash('sha256').update(token).digest('hex
  * One-time login tickets (issued through the authenticated API) and the cookie sessions they become.
  * Only sha256 hashes of either are stored. Sessions are cached in this process for a few seconds, and a
  * session is good only while what it was opened with holds: the key, its member, the member's access to
- * the cluster (re-checked on use through SessionAccessCheck). A revocation deletes the sessions and
+ * the cluster (re-checked on use by ProxyAuthorization, through SessionAccessCheck). A revocation deletes the sessions and
  * tickets that lost their access, and clears the cache, in every process.
  */
 export class ProxySessions {
@@ -143,14 +142,10 @@ export class ProxySessions {
   }
 
   /**
-   * The live session of a cookie on a cluster of `accountId`, or null: unknown, expired, or its key,
-   * member or access to the cluster (at `permission`) is gone, in which case it is deleted.
+   * The live session of a cookie, or null (unknown or expired). Whether what it was opened with still
+   * holds is the caller's check (ProxyAuthorization.cookie, at the port's level), which ends it if not.
    */
-  async find(
-    cookie: string,
-    accountId: string,
-    permission: RolePermission = 'read',
-  ): Promise<ProxySessionInfo | null> {
+  async find(cookie: string): Promise<ProxySessionInfo | null> {
     const hash = hashOf(cookie);
     const nowMs = this.clock.now().getTime();
     const cached = this.cache.get(hash);
@@ -162,17 +157,6 @@ export class ProxySessions {
       if (this.cache.size > 50_000) this.cache.clear();
     }
     if (!session || session.expiresAt.getTime() <= nowMs) return null;
-    const verdict = await this.access.check({
-      accountId,
-      userId: session.userId,
-      clusterId: session.clusterId,
-      permission,
-      apiKeyId: session.keyId,
-    });
-    if (!verdict.allowed) {
-      await this.end(cookie);
-      return null;
-    }
     return session;
   }
 

@@ -1,5 +1,5 @@
 import { newId } from '@anvil/shared';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Sql } from '../db/index.ts';
 import { clusterRow } from '../testing/cluster-row.ts';
 import { createTestDatabase, ManualClock, type TestDatabase } from '../testing/index.ts';
@@ -77,6 +77,38 @@ describe('TrafficRecorder', () => {
     const newest = await traffic.accessLogs(clusterId, 2);
     expect(newest.map((e) => e.path)).toEqual(['/r/1049', '/r/1048']);
     expect(newest[0]).toEqual(entry(1_049));
+  });
+
+  it('wakes only when traffic waits, and writes entries, counters and visitors in one statement', async () => {
+    const statements: string[] = [];
+    const sql: Sql = {
+      query: async <R>(text: string) => {
+        statements.push(text);
+        return [] as R[];
+      },
+      exec: async () => {},
+    };
+    vi.useFakeTimers();
+    const traffic = new TrafficRecorder({ sql, clock });
+    try {
+      traffic.start();
+      // The purge only: an idle proxy has nothing to flush.
+      expect(vi.getTimerCount()).toBe(1);
+      await vi.advanceTimersByTimeAsync(5_000);
+      expect(statements).toEqual([]);
+      traffic.log(clusterId, entry(1));
+      traffic.forwarded(portId, 'user:usr_a', 3);
+      await vi.advanceTimersByTimeAsync(999);
+      expect(statements).toEqual([]);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(statements).toHaveLength(1);
+      expect(statements[0]).toContain('INSERT INTO proxy_access_logs');
+      expect(statements[0]).toContain('UPDATE proxy_port_mappings');
+      expect(statements[0]).toContain('INSERT INTO proxy_visitors');
+    } finally {
+      await traffic.stop();
+      vi.useRealTimers();
+    }
   });
 
   it('deletes entries older than the retention', async () => {

@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { Clock } from '../auth/clock.ts';
 import type { Sql } from '../db/index.ts';
-import { type BackgroundLogger, coalesced, silentLogger } from '../util/coalesce.ts';
+import { type BatchBuffer, BatchWriter } from '../telemetry/batch-writer.ts';
+import { type BackgroundLogger, silentLogger } from '../util/coalesce.ts';
 import { Intervals } from '../util/intervals.ts';
 
 export interface AccessLogEntry {
@@ -61,10 +62,13 @@ interface PortUsage {
   visitors: Set<string>;
 }
 
+/** One row of a traffic batch: an access log entry of a cluster, or the summed usage of a mapping. */
+type TrafficRow = { clusterId: string; entry: AccessLogEntry } | { portId: string; usage: PortUsage };
+
 export interface TrafficRecorderOptions {
   sql: Sql;
   clock: Clock;
-  /** Buffered traffic is written at least this often. */
+  /** Buffered traffic waits at most this long for its write. */
   flushIntervalMs?: number;
   /** How often entries past retention (age, or beyond ACCESS_LOG_CAPACITY per cluster) are deleted. */
   purgeIntervalMs?: number;
@@ -79,66 +83,24 @@ export interface TrafficRecorderOptions {
 const BATCH_ROWS = 1_000;
 
 /**
- * Real traffic through the proxy, written to the database in batches so every control-plane process
- * sees the traffic of all of them.
- *
- * Access logs (every request, forwarded or refused) are buffered per cluster in a ring of the newest
- * ACCESS_LOG_CAPACITY entries, so a flush writes at most that many per cluster whatever the request rate,
- * and what the API shows (the newest ACCESS_LOG_CAPACITY of a cluster) is always among them. The table keeps the newest
- * ACCESS_LOG_CAPACITY per cluster and nothing older than ACCESS_LOG_RETENTION_MS (purged on a timer).
- * Usage counters of forwarded requests (count, summed response time, last access) and the visitors seen
- * are summed per mapping and added to its row. Writes happen every `flushIntervalMs` (1 s), before the
- * API reads, and at shutdown; what a write fails to store is kept (within the buffer bounds) for the next.
+ * What waits for the next write: per cluster a ring of its newest ACCESS_LOG_CAPACITY entries, per
+ * mapping its summed usage. Drained as the clusters' entries (oldest first) then the mappings' usage,
+ * sorted, so two processes updating the same mappings tend to lock them in the same order.
  */
-export class TrafficRecorder {
+class TrafficBuffer implements BatchBuffer<TrafficRow> {
   private logs = new Map<string, Ring<AccessLogEntry>>();
   private usage = new Map<string, PortUsage>();
-  /** Visitors known to be stored, per mapping (`port\nvisitor`), so their hash is computed once. */
-  private readonly knownVisitors = new Set<string>();
-  /** Clusters written since the last purge: the only ones whose count can exceed the capacity. */
-  private trimNext = new Set<string>();
+  /** Entries in the rings. */
   private buffered = 0;
-  private dropped = 0;
-  private readonly sql: Sql;
-  private readonly clock: Clock;
-  private readonly flushIntervalMs: number;
-  private readonly purgeIntervalMs: number;
-  private readonly maxBufferedEntries: number;
-  private readonly maxBufferedPorts: number;
-  private logger: BackgroundLogger;
-  private readonly intervals = new Intervals();
-  /** Writes everything buffered so far; concurrent calls share runs. */
-  readonly flush: () => Promise<void>;
+  dropped = 0;
 
-  constructor(options: TrafficRecorderOptions) {
-    this.sql = options.sql;
-    this.clock = options.clock;
-    this.flushIntervalMs = options.flushIntervalMs ?? 1_000;
-    this.purgeIntervalMs = options.purgeIntervalMs ?? 60_000;
-    this.maxBufferedEntries = options.maxBufferedEntries ?? 50_000;
-    this.maxBufferedPorts = options.maxBufferedPorts ?? 10_000;
-    this.logger = options.logger ?? silentLogger;
-    this.flush = coalesced(() => this.write());
-  }
+  constructor(
+    private readonly maxBufferedEntries: number,
+    private readonly maxBufferedPorts: number,
+  ) {}
 
-  useLogger(logger: BackgroundLogger): void {
-    this.logger = logger;
-  }
-
-  start(): void {
-    this.intervals.every(this.flushIntervalMs, () => this.flushQuietly());
-    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
-  }
-
-  /** Stops the timers and writes what is still buffered. */
-  async stop(): Promise<void> {
-    this.intervals.clear();
-    await this.flushQuietly();
-  }
-
-  /** Entries dropped because the buffer was full (the database unreachable for long). */
-  get droppedEntries(): number {
-    return this.dropped;
+  get size(): number {
+    return this.buffered + this.usage.size;
   }
 
   log(clusterId: string, entry: AccessLogEntry): void {
@@ -157,17 +119,153 @@ export class TrafficRecorder {
     ring.push(entry);
   }
 
-  /** A request forwarded to the container through mapping `portId` and answered. */
-  forwarded(portId: string, visitor: string, responseMs: number): void {
+  /** The usage of a mapping to add to; null when the bound of mappings is reached (the request drops). */
+  usageOf(portId: string): PortUsage | null {
     let usage = this.usage.get(portId);
     if (!usage) {
       if (this.usage.size >= this.maxBufferedPorts) {
         this.dropped++;
-        return;
+        return null;
       }
       usage = { requests: 0, responseMs: 0, lastAccessed: 0, visitors: new Set() };
       this.usage.set(portId, usage);
     }
+    return usage;
+  }
+
+  drain(): TrafficRow[] {
+    const rows: TrafficRow[] = [];
+    for (const [clusterId, ring] of this.logs)
+      for (const entry of ring.drain()) rows.push({ clusterId, entry });
+    const ports = [...this.usage].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    for (const [portId, usage] of ports) rows.push({ portId, usage });
+    this.logs = new Map();
+    this.usage = new Map();
+    this.buffered = 0;
+    return rows;
+  }
+
+  putBack(rows: TrafficRow[]): void {
+    const byCluster = new Map<string, AccessLogEntry[]>();
+    for (const row of rows) {
+      if ('portId' in row) {
+        this.putBackUsage(row.portId, row.usage);
+        continue;
+      }
+      const list = byCluster.get(row.clusterId);
+      if (list) list.push(row.entry);
+      else byCluster.set(row.clusterId, [row.entry]);
+    }
+    // Unwritten entries (oldest first) go ahead of whatever was logged meanwhile, within the bounds.
+    for (const [clusterId, older] of byCluster) {
+      const newer = this.logs.get(clusterId)?.drain() ?? [];
+      this.buffered -= newer.length;
+      // The newest of both, as many as the cluster's ring and the overall bound allow.
+      const room = Math.min(
+        ACCESS_LOG_CAPACITY,
+        Math.max(newer.length, this.maxBufferedEntries - this.buffered),
+      );
+      const kept = [...older, ...newer].slice(-room);
+      this.dropped += older.length + newer.length - kept.length;
+      const ring = new Ring<AccessLogEntry>(ACCESS_LOG_CAPACITY);
+      for (const entry of kept) ring.push(entry);
+      this.logs.set(clusterId, ring);
+      this.buffered += kept.length;
+    }
+  }
+
+  private putBackUsage(portId: string, counts: PortUsage): void {
+    const current = this.usage.get(portId);
+    if (!current) {
+      if (this.usage.size >= this.maxBufferedPorts) this.dropped += counts.requests;
+      else this.usage.set(portId, counts);
+      return;
+    }
+    current.requests += counts.requests;
+    current.responseMs += counts.responseMs;
+    current.lastAccessed = Math.max(current.lastAccessed, counts.lastAccessed);
+    for (const visitor of counts.visitors) current.visitors.add(visitor);
+  }
+}
+
+/**
+ * Real traffic through the proxy, written to the database in batches so every control-plane process
+ * sees the traffic of all of them.
+ *
+ * Access logs (every request, forwarded or refused) are buffered per cluster in a ring of the newest
+ * ACCESS_LOG_CAPACITY entries, so a flush writes at most that many per cluster whatever the request rate,
+ * and what the API shows (the newest ACCESS_LOG_CAPACITY of a cluster) is always among them. The table keeps the newest
+ * ACCESS_LOG_CAPACITY per cluster and nothing older than ACCESS_LOG_RETENTION_MS (purged on a timer).
+ * Usage counters of forwarded requests (count, summed response time, last access) and the visitors seen
+ * are summed per mapping and added to its row. The BatchWriter writes them `flushIntervalMs` (1 s) after
+ * the first request that waits, before the API reads, and at shutdown, each batch in one statement; what
+ * a write fails to store is kept (within the buffer bounds) for the next.
+ */
+export class TrafficRecorder {
+  private readonly buffer: TrafficBuffer;
+  private readonly writer: BatchWriter<TrafficRow>;
+  /** Visitors known to be stored, per mapping (`port\nvisitor`), so their hash is computed once. */
+  private readonly knownVisitors = new Set<string>();
+  /** Clusters written since the last purge: the only ones whose count can exceed the capacity. */
+  private trimNext = new Set<string>();
+  private readonly sql: Sql;
+  private readonly clock: Clock;
+  private readonly purgeIntervalMs: number;
+  private readonly logger: BackgroundLogger;
+  private readonly intervals = new Intervals();
+
+  constructor(options: TrafficRecorderOptions) {
+    this.sql = options.sql;
+    this.clock = options.clock;
+    this.purgeIntervalMs = options.purgeIntervalMs ?? 60_000;
+    this.logger = options.logger ?? silentLogger;
+    this.buffer = new TrafficBuffer(options.maxBufferedEntries ?? 50_000, options.maxBufferedPorts ?? 10_000);
+    this.writer = new BatchWriter<TrafficRow>({
+      buffer: this.buffer,
+      write: (rows) => this.write(rows),
+      flushIntervalMs: options.flushIntervalMs ?? 1_000,
+      maxBatch: BATCH_ROWS,
+      // The rings bound what a flush writes per cluster: only the timer (and readers) write.
+      flushAt: Number.POSITIVE_INFINITY,
+      maxAttempts: Number.POSITIVE_INFINITY,
+      onError: (error) =>
+        this.logger.warn(
+          { err: error, buffered: this.buffer.size, dropped: this.buffer.dropped },
+          'proxy traffic could not be written; will retry',
+        ),
+    });
+  }
+
+  start(): void {
+    this.writer.start();
+    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
+  }
+
+  /** Stops the timers and writes what is still buffered. */
+  async stop(): Promise<void> {
+    this.intervals.clear();
+    await this.writer.stop();
+  }
+
+  /** Entries dropped because the buffer was full (the database unreachable for long). */
+  get droppedEntries(): number {
+    return this.buffer.dropped;
+  }
+
+  /** Writes everything buffered so far (concurrent calls share runs); rejects when a write failed. */
+  flush(): Promise<void> {
+    return this.writer.flushOrThrow();
+  }
+
+  log(clusterId: string, entry: AccessLogEntry): void {
+    this.buffer.log(clusterId, entry);
+    this.writer.queued();
+  }
+
+  /** A request forwarded to the container through mapping `portId` and answered. */
+  forwarded(portId: string, visitor: string, responseMs: number): void {
+    const usage = this.buffer.usageOf(portId);
+    if (!usage) return;
     usage.requests++;
     usage.responseMs += responseMs;
     usage.lastAccessed = this.clock.now().getTime();
@@ -177,6 +275,7 @@ export class TrafficRecorder {
       if (this.knownVisitors.size >= 100_000) this.knownVisitors.clear();
       this.knownVisitors.add(known);
     }
+    this.writer.queued();
   }
 
   /** The newest `limit` entries of a cluster from every process, newest first (after this one's flush). */
@@ -208,85 +307,33 @@ export class TrafficRecorder {
     }));
   }
 
-  private async flushQuietly(): Promise<void> {
-    try {
-      await this.flush();
-    } catch (error) {
-      this.logger.warn(
-        { err: error, buffered: this.buffered, dropped: this.dropped },
-        'proxy traffic could not be written; will retry',
-      );
-    }
-  }
-
-  private async write(): Promise<void> {
-    const logs = this.logs;
-    const usage = this.usage;
-    this.logs = new Map();
-    this.usage = new Map();
-    this.buffered = 0;
-    const rows: [string, AccessLogEntry][] = [];
-    for (const [clusterId, ring] of logs) for (const entry of ring.drain()) rows.push([clusterId, entry]);
-    let written = 0;
-    try {
-      while (written < rows.length) {
-        await this.insertLogs(rows.slice(written, written + BATCH_ROWS));
-        written = Math.min(rows.length, written + BATCH_ROWS);
-      }
-      for (const [clusterId] of logs) this.trimNext.add(clusterId);
-      if (usage.size > 0) await this.addUsage(usage);
-    } catch (error) {
-      this.putBack(rows.slice(written));
-      for (const [portId, counts] of usage) this.putBackUsage(portId, counts);
-      throw error;
-    }
-  }
-
-  /** Returns unwritten entries (oldest first) ahead of whatever was logged meanwhile, within the bounds. */
-  private putBack(unwritten: [string, AccessLogEntry][]): void {
-    const byCluster = new Map<string, AccessLogEntry[]>();
-    for (const [clusterId, entry] of unwritten) {
-      const list = byCluster.get(clusterId);
-      if (list) list.push(entry);
-      else byCluster.set(clusterId, [entry]);
-    }
-    for (const [clusterId, older] of byCluster) {
-      const newer = this.logs.get(clusterId)?.drain() ?? [];
-      this.buffered -= newer.length;
-      // The newest of both, as many as the cluster's ring and the overall bound allow.
-      const room = Math.min(
-        ACCESS_LOG_CAPACITY,
-        Math.max(newer.length, this.maxBufferedEntries - this.buffered),
-      );
-      const kept = [...older, ...newer].slice(-room);
-      this.dropped += older.length + newer.length - kept.length;
-      const ring = new Ring<AccessLogEntry>(ACCESS_LOG_CAPACITY);
-      for (const entry of kept) ring.push(entry);
-      this.logs.set(clusterId, ring);
-      this.buffered += kept.length;
-    }
-  }
-
-  private putBackUsage(portId: string, counts: PortUsage): void {
-    const current = this.usage.get(portId);
-    if (!current) {
-      if (this.usage.size >= this.maxBufferedPorts) this.dropped += counts.requests;
-      else this.usage.set(portId, counts);
-      return;
-    }
-    current.requests += counts.requests;
-    current.responseMs += counts.responseMs;
-    current.lastAccessed = Math.max(current.lastAccessed, counts.lastAccessed);
-    for (const visitor of counts.visitors) current.visitors.add(visitor);
-  }
-
-  private async insertLogs(batch: [string, AccessLogEntry][]): Promise<void> {
-    if (batch.length === 0) return;
+  /**
+   * One batch in one statement, so it is stored whole or not at all (and kept for the next write):
+   * the entries, the mappings' counters and their new visitors.
+   */
+  private async write(rows: TrafficRow[]): Promise<void> {
     // PostgreSQL text cannot hold NUL; one such byte must not keep a whole batch out forever.
     const text = (value: string | null) => (value === null ? null : value.replaceAll('\u0000', '\uFFFD'));
-    const json = JSON.stringify(
-      batch.map(([clusterId, e]) => ({
-        c: clusterId,
+    const logs: Record<string, unknown>[] = [];
+    const ports: Record<string, unknown>[] = [];
+    const visitors: { p: string; v: string }[] = [];
+    const clusters = new Set<string>();
+    for (const row of rows) {
+      if ('portId' in row) {
+        const u = row.usage;
+        ports.push({
+          id: row.portId,
+          n: u.requests,
+          d: u.responseMs,
+          t: new Date(u.lastAccessed).toISOString(),
+        });
+        for (const v of u.visitors) visitors.push({ p: row.portId, v });
+        continue;
+      }
+      const e = row.entry;
+      clusters.add(row.clusterId);
+      logs.push({
+        c: row.clusterId,
         t: e.timestamp,
         i: text(e.client_ip),
         u: text(e.user),
@@ -295,49 +342,33 @@ export class TrafficRecorder {
         s: e.status_code,
         d: e.response_time_ms,
         a: text(e.user_agent),
-      })),
-    );
-    // Entries of a cluster deleted meanwhile are skipped, so they cannot block the batch.
+      });
+    }
+    // Entries of a cluster deleted meanwhile (and visitors of a deleted mapping) are skipped, so they
+    // cannot block the batch.
     await this.sql.query(
-      `INSERT INTO proxy_access_logs (cluster_id, at, client_ip, user_id, method, path, status_code,
-                                      response_time_ms, user_agent)
-       SELECT x.c, x.t, x.i, x.u, x.m, x.p, x.s, x.d, x.a
-         FROM json_to_recordset($1::json)
-           AS x(c text, t timestamptz, i text, u text, m text, p text, s int, d float8, a text)
-        WHERE EXISTS (SELECT 1 FROM clusters WHERE id = x.c)`,
-      [json],
+      `WITH logs AS (
+         INSERT INTO proxy_access_logs (cluster_id, at, client_ip, user_id, method, path, status_code,
+                                        response_time_ms, user_agent)
+         SELECT x.c, x.t, x.i, x.u, x.m, x.p, x.s, x.d, x.a
+           FROM json_to_recordset($1::json)
+             AS x(c text, t timestamptz, i text, u text, m text, p text, s int, d float8, a text)
+          WHERE EXISTS (SELECT 1 FROM clusters WHERE id = x.c)
+       ), usage AS (
+         UPDATE proxy_port_mappings m SET total_requests = m.total_requests + x.n,
+           total_response_ms = m.total_response_ms + x.d,
+           last_accessed = GREATEST(COALESCE(m.last_accessed, x.t), x.t)
+           FROM json_to_recordset($2::json) AS x(id text, n int, d float8, t timestamptz)
+          WHERE m.id = x.id
+       ), visitors AS (
+         INSERT INTO proxy_visitors (port_id, visitor)
+         SELECT x.p, x.v FROM json_to_recordset($3::json) AS x(p text, v text)
+          WHERE EXISTS (SELECT 1 FROM proxy_port_mappings WHERE id = x.p)
+         ON CONFLICT DO NOTHING
+       ) SELECT 1`,
+      [JSON.stringify(logs), JSON.stringify(ports), JSON.stringify(visitors)],
     );
-  }
-
-  private async addUsage(usage: Map<string, PortUsage>): Promise<void> {
-    // Sorted, so two processes updating the same mappings tend to lock them in the same order.
-    const ports = [...usage].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    await this.sql.query(
-      `UPDATE proxy_port_mappings m SET total_requests = m.total_requests + x.n,
-         total_response_ms = m.total_response_ms + x.d,
-         last_accessed = GREATEST(COALESCE(m.last_accessed, x.t), x.t)
-         FROM json_to_recordset($1::json) AS x(id text, n int, d float8, t timestamptz)
-        WHERE m.id = x.id`,
-      [
-        JSON.stringify(
-          ports.map(([id, u]) => ({
-            id,
-            n: u.requests,
-            d: u.responseMs,
-            t: new Date(u.lastAccessed).toISOString(),
-          })),
-        ),
-      ],
-    );
-    const visitors = ports.flatMap(([id, u]) => [...u.visitors].map((v) => ({ p: id, v })));
-    if (visitors.length === 0) return;
-    await this.sql.query(
-      `INSERT INTO proxy_visitors (port_id, visitor)
-       SELECT x.p, x.v FROM json_to_recordset($1::json) AS x(p text, v text)
-        WHERE EXISTS (SELECT 1 FROM proxy_port_mappings WHERE id = x.p)
-       ON CONFLICT DO NOTHING`,
-      [JSON.stringify(visitors)],
-    );
+    for (const clusterId of clusters) this.trimNext.add(clusterId);
   }
 
   /**

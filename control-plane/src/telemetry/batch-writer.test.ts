@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { BatchWriter } from './batch-writer.ts';
+import { type BatchBuffer, BatchWriter } from './batch-writer.ts';
 
 describe('BatchWriter', () => {
   beforeEach(() => {
@@ -68,5 +68,70 @@ describe('BatchWriter', () => {
     await rows.stop();
     expect(written.map((b) => b.length)).toEqual([100, 1]);
     expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it("writes an owner's buffer (sums per key) on its timer only, keeps what fails and says so to flushOrThrow", async () => {
+    /** Counts per key, merged on put-back: what the request log keeps. */
+    class Sums implements BatchBuffer<[string, number]> {
+      counts = new Map<string, number>();
+      get size() {
+        return this.counts.size;
+      }
+      add(key: string) {
+        this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
+      }
+      drain() {
+        const rows = [...this.counts].sort(([a], [b]) => a.localeCompare(b));
+        this.counts = new Map();
+        return rows;
+      }
+      putBack(rows: [string, number][]) {
+        for (const [key, n] of rows) this.counts.set(key, (this.counts.get(key) ?? 0) + n);
+      }
+    }
+    const sums = new Sums();
+    const written: [string, number][][] = [];
+    const order: string[] = [];
+    let failures = 5;
+    const rows = new BatchWriter<[string, number]>({
+      buffer: sums,
+      write: async (batch) => {
+        if (failures-- > 0) throw new Error('database away');
+        written.push(batch);
+        order.push('write');
+      },
+      flushIntervalMs: 250,
+      maxBatch: 2,
+      flushAt: Number.POSITIVE_INFINITY,
+      maxAttempts: Number.POSITIVE_INFINITY,
+      betweenBatches: async () => {
+        order.push('between');
+      },
+    });
+    rows.start();
+    for (const key of ['b', 'a', 'c', 'a']) {
+      sums.add(key);
+      rows.queued();
+    }
+    // Past maxBatch, but only the timer writes.
+    expect(vi.getTimerCount()).toBe(1);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(failures).toBe(5);
+    await expect(rows.flushOrThrow()).rejects.toThrow('database away');
+    // Kept through more failures than the default three attempts, merged with what came meanwhile.
+    for (let i = 0; i < 4; i++) await rows.flush();
+    sums.add('a');
+    rows.queued();
+    expect(rows.pending).toBe(3);
+    await rows.flushOrThrow();
+    expect(written).toEqual([
+      [
+        ['a', 3],
+        ['b', 1],
+      ],
+      [['c', 1]],
+    ]);
+    expect(order).toEqual(['write', 'between', 'write']);
+    await rows.stop();
   });
 });

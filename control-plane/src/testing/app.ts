@@ -3,7 +3,7 @@ import { buildApp } from '../app.ts';
 import { bootstrapOwner } from '../auth/bootstrap.ts';
 import type { Clock } from '../auth/clock.ts';
 import { type Config, loadConfig } from '../config.ts';
-import { type AppContext, createContext } from '../context.ts';
+import { type AppContext, type ContextSeams, createContext } from '../context.ts';
 import { createLogger } from '../logger.ts';
 import { createTestDatabase, type TestDatabase } from './database.ts';
 
@@ -31,6 +31,8 @@ export async function createTestApp(
     database?: TestDatabase;
     /** Logger of the app and its context (default: silent unless ANVIL_TEST_LOG_LEVEL says otherwise). */
     logger?: Logger;
+    /** Named test doubles wired into the context at construction (the proxy's tunnels). */
+    seams?: ContextSeams;
     /** Registers extra routes (test-only fixtures) before the app is sealed. */
     extend?: (app: TestApp['app']) => void | Promise<void>;
   } = {},
@@ -39,7 +41,7 @@ export async function createTestApp(
   const config: Config = loadConfig({ ANVIL_DATA_DIR: '/tmp/anvil-test-unused', ...options.env });
   const boot = await bootstrapOwner(database.db, { ownerEmail: config.ownerEmail, bootstrapApiKey: null });
   const logger = options.logger ?? testLogger();
-  const context = createContext(config, database.db, options.clock, options.logger);
+  const context = createContext(config, database.db, options.clock, options.logger, options.seams);
   await context.start();
   const app = await buildApp({ context, logger });
   await options.extend?.(app);

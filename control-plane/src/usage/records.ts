@@ -1,4 +1,4 @@
-import { sessionCost } from '../billing/sessions.ts';
+import { sessionCost } from '../billing/ledger.ts';
 import type { Database } from '../db/index.ts';
 
 /**

@@ -37,6 +37,22 @@ describe('RequestLog', () => {
   const rows = () =>
     database.db.prisma.apiRequest.findMany({ orderBy: [{ createdAt: 'asc' }, { statusCode: 'asc' }] });
 
+  /** A database that answers every statement with no rows, counting them. */
+  function statementCounter(inThread: boolean) {
+    const counted = {
+      statements: 0,
+      sql: {
+        inThread,
+        query: async <T>() => {
+          counted.statements++;
+          return [] as T[];
+        },
+        exec: async () => {},
+      } as Sql,
+    };
+    return counted;
+  }
+
   /** Counts the statements that reach the database. */
   function counting(sql: Sql) {
     const counted = { writes: 0, sql: { ...sql } as Sql };
@@ -52,24 +68,36 @@ describe('RequestLog', () => {
     [false, 1_000],
   ])('on a database in this thread (%s) writes on its own every %i ms', async (inThread, everyMs) => {
     // Statements on PGlite run in the API's thread: there the timer writes every 10 s, not every second.
-    let writes = 0;
-    const sql: Sql = {
-      inThread,
-      query: async <T>() => {
-        writes++;
-        return [] as T[];
-      },
-      exec: async () => {},
-    };
+    const counted = statementCounter(inThread);
     vi.useFakeTimers();
-    const log = new RequestLog({ sql, clock });
+    const log = new RequestLog({ sql: counted.sql, clock });
     try {
       log.start();
       log.record(record());
       await vi.advanceTimersByTimeAsync(everyMs - 1);
-      expect(writes).toBe(0);
+      expect(counted.statements).toBe(0);
       await vi.advanceTimersByTimeAsync(1);
-      expect(writes).toBe(1);
+      expect(counted.statements).toBe(1);
+    } finally {
+      await log.stop();
+      vi.useRealTimers();
+    }
+  });
+
+  it('keeps no flush timer while nothing waits (only the hourly purge)', async () => {
+    const counted = statementCounter(true);
+    vi.useFakeTimers();
+    const log = new RequestLog({ sql: counted.sql, clock });
+    try {
+      log.start();
+      expect(vi.getTimerCount()).toBe(1);
+      await vi.advanceTimersByTimeAsync(60_000);
+      expect(counted.statements).toBe(0);
+      log.record(record());
+      expect(vi.getTimerCount()).toBe(2);
+      await vi.advanceTimersByTimeAsync(10_000);
+      expect(counted.statements).toBe(1);
+      expect(vi.getTimerCount()).toBe(1);
     } finally {
       await log.stop();
       vi.useRealTimers();

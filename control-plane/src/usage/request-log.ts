@@ -1,7 +1,8 @@
 import type { Clock } from '../auth/clock.ts';
 import { batchRowsFor, betweenStatements } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
-import { type BackgroundLogger, coalesced, silentLogger } from '../util/coalesce.ts';
+import { type BatchBuffer, BatchWriter } from '../telemetry/batch-writer.ts';
+import { type BackgroundLogger, silentLogger } from '../util/coalesce.ts';
 import { Intervals } from '../util/intervals.ts';
 
 /** One authenticated API request, as /v2/analytics/api-usage counts it. */
@@ -54,6 +55,8 @@ export function estimateQuantile(buckets: readonly number[], q: number, maxMs: n
 }
 
 interface Rollup {
+  /** account, key, method, route, status and minute: what makes one row of api_requests. */
+  key: string;
   accountId: string;
   keyId: string | null;
   method: string;
@@ -91,51 +94,19 @@ const MINUTE_MS = 60_000;
 const DAY_MS = 86_400_000;
 
 /**
- * The request log behind API analytics. Recording a request adds it to an in-memory rollup (account, key,
- * method, route, status, minute); rollups are upserted into api_requests, one statement per batch, on a timer
- * (every second; every 10 s on PGlite), before analytics reads (flush) and at shutdown. A row per request would cost ~10-20 µs of
- * database work per request (PGlite runs in the API's own thread), so requests are counted instead: the
- * table stays exact in counts, sums and maxima, per minute; percentiles come from the histogram. Requests of
- * other processes reach the table within their flush interval.
+ * Rollups waiting for their upsert, merged by row: a request of a row already waiting only adds to it.
+ * Drained whole and sorted, so two processes upserting the same rows lock them in the same order.
  */
-export class RequestLog {
+class Rollups implements BatchBuffer<Rollup> {
   private pending = new Map<string, Rollup>();
-  private readonly sql: Sql;
-  private readonly clock: Clock;
-  private readonly flushIntervalMs: number;
-  private readonly batchSize: number;
-  private readonly maxRollups: number;
-  private readonly retentionMs: number;
-  private readonly purgeIntervalMs: number;
-  private readonly logger: BackgroundLogger;
-  private readonly intervals = new Intervals();
-  private dropped = 0;
-  /** Writes everything counted so far; concurrent calls share runs. */
-  readonly flush: () => Promise<void>;
+  dropped = 0;
 
-  constructor(options: RequestLogOptions) {
-    this.sql = options.sql;
-    this.clock = options.clock;
-    this.flushIntervalMs = options.flushIntervalMs ?? (options.sql.inThread ? 10_000 : 1_000);
-    this.batchSize = batchRowsFor(options.sql, options.batchSize ?? 500);
-    this.maxRollups = options.maxRollups ?? 100_000;
-    this.retentionMs = options.retentionMs ?? 91 * DAY_MS;
-    this.purgeIntervalMs = options.purgeIntervalMs ?? 3_600_000;
-    this.logger = options.logger ?? silentLogger;
-    this.flush = coalesced(() => this.writeAll());
+  constructor(private readonly maxRollups: number) {}
+
+  get size(): number {
+    return this.pending.size;
   }
 
-  start(): void {
-    this.intervals.every(this.flushIntervalMs, () => this.flushQuietly());
-    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
-  }
-
-  async stop(): Promise<void> {
-    this.intervals.clear();
-    await this.flushQuietly();
-  }
-
-  /** Counts one request; nothing is written here. */
   record(entry: RequestRecord): void {
     const minute = entry.at - (entry.at % MINUTE_MS);
     const key = `${entry.accountId}\n${entry.keyId}\n${entry.method}\n${entry.route}\n${entry.statusCode}\n${minute}`;
@@ -146,6 +117,7 @@ export class RequestLog {
         return;
       }
       rollup = {
+        key,
         accountId: entry.accountId,
         keyId: entry.keyId,
         method: entry.method,
@@ -165,54 +137,100 @@ export class RequestLog {
     rollup.buckets[durationBucket(entry.durationMs)]!++;
   }
 
-  /** Rollups waiting to be written. */
-  get buffered(): number {
-    return this.pending.size;
-  }
-
-  private async flushQuietly(): Promise<void> {
-    try {
-      await this.flush();
-    } catch (error) {
-      this.logger.warn(
-        { err: error, buffered: this.pending.size, dropped: this.dropped },
-        'API request log could not be written; will retry',
-      );
-    }
-  }
-
-  private async writeAll(): Promise<void> {
-    if (this.pending.size === 0) return;
+  drain(): Rollup[] {
     const taken = this.pending;
     this.pending = new Map();
-    // Sorted, so two processes upserting the same rows lock them in the same order.
-    const rows = [...taken].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    for (let i = 0; i < rows.length; i += this.batchSize) {
-      const batch = rows.slice(i, i + this.batchSize);
-      try {
-        if (i > 0) await betweenStatements(this.sql);
-        await this.upsert(batch.map(([, rollup]) => rollup));
-      } catch (error) {
-        for (const [key, rollup] of rows.slice(i)) this.putBack(key, rollup);
-        throw error;
-      }
-    }
+    return [...taken.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   }
 
-  /** Returns unwritten counts to the pending map, merging with whatever was counted meanwhile. */
-  private putBack(key: string, rollup: Rollup): void {
-    const current = this.pending.get(key);
-    if (!current) {
-      if (this.pending.size >= this.maxRollups) this.dropped += rollup.count;
-      else this.pending.set(key, rollup);
-      return;
+  /** Returns unwritten counts, merging with whatever was counted meanwhile. */
+  putBack(rollups: Rollup[]): void {
+    for (const rollup of rollups) {
+      const current = this.pending.get(rollup.key);
+      if (!current) {
+        if (this.pending.size >= this.maxRollups) this.dropped += rollup.count;
+        else this.pending.set(rollup.key, rollup);
+        continue;
+      }
+      current.count += rollup.count;
+      current.totalMs += rollup.totalMs;
+      current.maxMs = Math.max(current.maxMs, rollup.maxMs);
+      rollup.buckets.forEach((n, i) => {
+        current.buckets[i]! += n;
+      });
     }
-    current.count += rollup.count;
-    current.totalMs += rollup.totalMs;
-    current.maxMs = Math.max(current.maxMs, rollup.maxMs);
-    rollup.buckets.forEach((n, i) => {
-      current.buckets[i]! += n;
+  }
+}
+
+/**
+ * The request log behind API analytics. Recording a request adds it to an in-memory rollup (account, key,
+ * method, route, status, minute); rollups are upserted into api_requests, one statement per batch, by the
+ * BatchWriter: flushIntervalMs after the first request that waits (every second; every 10 s on PGlite),
+ * before analytics reads (flush) and at shutdown. A row per request would cost ~10-20 µs of database work
+ * per request (PGlite runs in the API's own thread), so requests are counted instead: the table stays
+ * exact in counts, sums and maxima, per minute; percentiles come from the histogram. Requests of other
+ * processes reach the table within their flush interval. What a write fails to store is kept (within
+ * maxRollups) until the database answers.
+ */
+export class RequestLog {
+  private readonly rollups: Rollups;
+  private readonly writer: BatchWriter<Rollup>;
+  private readonly sql: Sql;
+  private readonly clock: Clock;
+  private readonly retentionMs: number;
+  private readonly purgeIntervalMs: number;
+  private readonly logger: BackgroundLogger;
+  private readonly intervals = new Intervals();
+
+  constructor(options: RequestLogOptions) {
+    this.sql = options.sql;
+    this.clock = options.clock;
+    this.rollups = new Rollups(options.maxRollups ?? 100_000);
+    this.retentionMs = options.retentionMs ?? 91 * DAY_MS;
+    this.purgeIntervalMs = options.purgeIntervalMs ?? 3_600_000;
+    this.logger = options.logger ?? silentLogger;
+    const sql = options.sql;
+    this.writer = new BatchWriter<Rollup>({
+      buffer: this.rollups,
+      write: (batch) => this.upsert(batch),
+      flushIntervalMs: options.flushIntervalMs ?? (sql.inThread ? 10_000 : 1_000),
+      maxBatch: batchRowsFor(sql, options.batchSize ?? 500),
+      // Only the timer writes: rollups are few whatever the rate, and on PGlite each write costs the API.
+      flushAt: Number.POSITIVE_INFINITY,
+      maxAttempts: Number.POSITIVE_INFINITY,
+      betweenBatches: () => betweenStatements(sql),
+      onError: (error) =>
+        this.logger.warn(
+          { err: error, buffered: this.rollups.size, dropped: this.rollups.dropped },
+          'API request log could not be written; will retry',
+        ),
     });
+  }
+
+  start(): void {
+    this.writer.start();
+    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
+  }
+
+  async stop(): Promise<void> {
+    this.intervals.clear();
+    await this.writer.stop();
+  }
+
+  /** Counts one request; nothing is written here. */
+  record(entry: RequestRecord): void {
+    this.rollups.record(entry);
+    this.writer.queued();
+  }
+
+  /** Rollups waiting to be written. */
+  get buffered(): number {
+    return this.rollups.size;
+  }
+
+  /** Writes everything counted so far (concurrent calls share runs); rejects when a write failed. */
+  flush(): Promise<void> {
+    return this.writer.flushOrThrow();
   }
 
   private async upsert(batch: Rollup[]): Promise<void> {
