@@ -1,6 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyBaseLogger, LogController } from 'fastify';
-import type { Logger } from 'pino';
 import { accountRoutes } from './api/accounts/index.ts';
 import { sshKeyRoutes } from './api/accounts/ssh-keys.ts';
 import { adminAccountRoutes } from './api/admin/accounts.routes.ts';
@@ -48,6 +47,7 @@ import { installSensitiveGuard } from './http/sensitive.ts';
 import { installTextGuard } from './http/text-guard.ts';
 import { buildSerializer, buildValidator } from './http/validation.ts';
 import { invitePageRoutes } from './invite-page/routes.ts';
+import type { Logger } from './logger.ts';
 
 export interface BuildAppOptions {
   context: AppContext;

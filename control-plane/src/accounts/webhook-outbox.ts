@@ -1,6 +1,6 @@
-import type { Logger } from 'pino';
 import type { Prisma, PrismaClient } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { DueLoop } from '../util/due-loop.ts';
 import type { Notifier } from './notifications.ts';
 import type { SettingsService } from './settings.ts';

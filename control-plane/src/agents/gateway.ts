@@ -18,16 +18,12 @@ import type { Database } from '../db/index.ts';
 import type { FleetEvents } from '../hosts/events.ts';
 import type { GpuHealthService } from '../hosts/gpu-health.ts';
 import type { HostService } from '../hosts/hosts.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 import type { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import type { TelemetryService } from '../telemetry/telemetry.ts';
 import type { WorkloadService } from '../workloads/workloads.ts';
 import { HelloAdmission } from './admission.ts';
-import {
-  AgentConnection,
-  type ConnectionContext,
-  type GatewayLogger,
-  type GatewaySettings,
-} from './connection.ts';
+import { AgentConnection, type ConnectionContext, type GatewaySettings } from './connection.ts';
 import { type BusMessage, ReplicaBus } from './replica-bus.ts';
 
 /** Reported in welcome; kept equal to control-plane/package.json's version. */
@@ -56,6 +52,7 @@ export interface AgentGatewayOptions {
   telemetry: TelemetryService;
   events: FleetEvents;
   metrics: ControlPlaneMetrics;
+  logger?: Logger;
   handshakeTimeoutMs?: number;
   desiredAckTimeoutMs?: number;
   /** How often heartbeats are written (in one statement for all hosts). */
@@ -65,8 +62,6 @@ export interface AgentGatewayOptions {
   /** How long the current connection of a host has to answer a ping when another agent claims the host. */
   claimProbeMs?: number;
 }
-
-const silent: GatewayLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
 /** Serves the agents' tunnel sockets (AGENT_TUNNEL_PATH) on the gateway's HTTP servers. */
 export interface TunnelEndpoint {
@@ -107,7 +102,7 @@ export class AgentGateway {
   readonly #unsubscribe: (() => void)[] = [];
   readonly #attached = new Set<Server>();
   readonly #context: ConnectionContext;
-  #logger: GatewayLogger = silent;
+  readonly #logger: Logger;
   #tunnels: TunnelEndpoint | null = null;
   #workerApi: Pick<TunnelEndpoint, 'handleUpgrade'> | null = null;
   #closing = false;
@@ -115,6 +110,7 @@ export class AgentGateway {
 
   constructor(options: AgentGatewayOptions) {
     this.#o = options;
+    this.#logger = options.logger ?? silentLogger;
     this.#settings = {
       heartbeatSeconds: options.config.heartbeatSeconds,
       metricsSeconds: options.config.metricsSeconds,
@@ -146,7 +142,7 @@ export class AgentGateway {
       telemetry: options.telemetry,
       metrics: options.metrics,
       clock: options.clock,
-      logger: () => this.#logger,
+      logger: this.#logger,
       welcomed: (connection) => this.#welcomed(connection),
       greeted: (connection) => {
         void options.events.agentGreeted(connection.hostId!, connection.agentVersion);
@@ -157,10 +153,6 @@ export class AgentGateway {
       },
       claim: (connection, hostId) => this.#claim(connection, hostId),
     };
-  }
-
-  useLogger(logger: GatewayLogger): void {
-    this.#logger = logger;
   }
 
   /** Worker API relays (AGENT_WORKER_API_PATH) arrive on the same servers as agent connections. */

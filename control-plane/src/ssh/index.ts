@@ -1,5 +1,4 @@
 import type { AddressInfo } from 'node:net';
-import type { Logger } from 'pino';
 import type { LiveSessions } from '../access-revocation/live-sessions.ts';
 import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import type { AuditLog } from '../accounts/audit.ts';
@@ -10,6 +9,7 @@ import { ClusterAccess } from '../clusters/access.ts';
 import type { ClusterViewParts } from '../clusters/view-parts.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import type { TunnelOpener } from '../tunnels/types.ts';
 import { SshGate } from './gate.ts';
 import { loadHostKey } from './host-key.ts';

@@ -1,11 +1,11 @@
 import { ApiError, newId } from '@anvil/shared';
-import type { Logger } from 'pino';
 import type { Notifier } from '../accounts/notifications.ts';
 import type { SettingsService } from '../accounts/settings.ts';
 import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Prisma, UsageAlert } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { startOf } from './periods.ts';
 import type { UsageRecords } from './records.ts';
 import { round, totalsOf, type UsageReports } from './reports.ts';

@@ -1,7 +1,8 @@
 import type { Clock } from '../auth/clock.ts';
 import { batchRowsFor, betweenStatements } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
-import { type BackgroundLogger, coalesced, silentLogger } from '../util/coalesce.ts';
+import { type Logger, silentLogger } from '../logger.ts';
+import { coalesced } from '../util/coalesce.ts';
 import { Intervals } from '../util/intervals.ts';
 
 /** One authenticated API request, as /v2/analytics/api-usage counts it. */
@@ -84,7 +85,7 @@ export interface RequestLogOptions {
   /** Rows older than this are deleted (the longest analytics period, 90 days, plus a day). */
   retentionMs?: number;
   purgeIntervalMs?: number;
-  logger?: BackgroundLogger;
+  logger?: Logger;
 }
 
 const MINUTE_MS = 60_000;
@@ -107,7 +108,7 @@ export class RequestLog {
   private readonly maxRollups: number;
   private readonly retentionMs: number;
   private readonly purgeIntervalMs: number;
-  private readonly logger: BackgroundLogger;
+  private readonly logger: Logger;
   private readonly intervals = new Intervals();
   private dropped = 0;
   /** Writes everything counted so far; concurrent calls share runs. */

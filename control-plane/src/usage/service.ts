@@ -1,7 +1,7 @@
-import type { Logger } from 'pino';
 import type { AccountServices } from '../accounts/index.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { UsageAlerts } from './alerts.ts';
 import { GpuHistory } from './gpu-history.ts';
 import { UsageRecords } from './records.ts';
