@@ -177,7 +177,7 @@ export function createContext(
     revocations,
     liveSessions,
     // The agents' reverse tunnels (contract 4).
-    tunnels: () => fleet.tunnels,
+    tunnels: fleet.tunnels,
     logger: logger.child({ component: 'ssh' }),
     ipPolicy: accounts.ipPolicy,
   });
@@ -276,7 +276,7 @@ export function createContext(
     ssh,
     terminal: new TerminalService({
       clusters: ssh.clusters,
-      tunnels: () => ssh.tunnels(),
+      tunnels: () => fleet.tunnels,
       liveSessions,
       clock,
       logger: logger.child({ component: 'terminal' }),

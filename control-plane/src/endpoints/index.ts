@@ -30,6 +30,8 @@ export interface Endpoints {
   maintenance: QueueMaintenance;
   /** The worker side of the RunPod protocol, reached through the agents (AGENT_WORKER_API_PATH). */
   workerApi: RunpodWorkerApi;
+  /** Per-endpoint gauges on /metrics (the fleet's registry), read at each scrape. */
+  metrics: EndpointMetrics;
   start(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -95,9 +97,8 @@ export function createEndpoints(deps: {
     logger,
     ...(deps.options?.workerApiHoldMs === undefined ? {} : { holdMs: deps.options.workerApiHoldMs }),
   });
-  fleet.agents.useWorkerApiEndpoint(workerApi);
+  // Its gauges, on the fleet's registry, are read from the database at each scrape.
   const metrics = new EndpointMetrics(fleet.metrics.registry, db, clock);
-  fleet.metrics.useCollector(() => metrics.collect());
   const running = new EndpointSupervisor(
     { db, clock, jobs, placer, client, dispatcher, logger },
     deps.options?.supervisor,
@@ -157,6 +158,7 @@ export function createEndpoints(deps: {
     supervisor: running,
     maintenance,
     workerApi,
+    metrics,
     async start() {
       running.start();
       dispatcher.start();

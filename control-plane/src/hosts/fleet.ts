@@ -84,7 +84,10 @@ export function createFleet(
 ): Fleet {
   const logger = options.logger ?? silentLogger;
   const events = new FleetEvents();
-  const metrics = new ControlPlaneMetrics({ processMetrics: config.metricsToken !== null });
+  const metrics = new ControlPlaneMetrics({
+    processMetrics: config.metricsToken !== null,
+    sources: { db, clock },
+  });
   const hosts = new HostService(db, clock, events);
   const workloads = new WorkloadService(db, clock, events, options.specResolvers);
   const gpuHealth = new GpuHealthService(db, clock, events, options.audit ?? null);
@@ -113,7 +116,6 @@ export function createFleet(
     logger,
     ...(options.tunnelMeter ? { meter: options.tunnelMeter } : {}),
   });
-  agents.useTunnelEndpoint(tunnels);
   const artifacts = new AgentArtifactStore({
     dir: config.agentArtifactsDir,
     bundledVersion: checkoutAgentVersion(),
@@ -128,7 +130,6 @@ export function createFleet(
   // GPU health changes go on the host's timeline beside joins, disconnects and cordons.
   const hostEvents = new HostEventLog(db, clock);
   events.onGpuHealthChanged((change) => hostEvents.recordGpuHealth(change));
-  metrics.useSources({ db, clock, connectedAgents: () => agents.connectedCount });
   return {
     events,
     hostEvents,
@@ -148,6 +149,8 @@ export function createFleet(
       await agents.start();
     },
     async stop() {
+      // Tunnel sockets close with the agents' connections.
+      tunnels.closeAll();
       await agents.stop();
       await telemetry.stop();
     },
