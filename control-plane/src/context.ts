@@ -158,7 +158,7 @@ export function createContext(
     clock,
     accounts,
     intervalSeconds: config.usageAlertSeconds,
-    logger: () => logger.child({ component: 'usage-alerts' }),
+    logger: logger.child({ component: 'usage-alerts' }),
   });
   const clusterTelemetry = createClusterTelemetry({
     db,

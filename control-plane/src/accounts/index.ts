@@ -110,7 +110,7 @@ export function createAccountServices(deps: {
     db,
     settings,
     notifier,
-    logger: () => logger.child({ component: 'webhook-outbox' }),
+    logger: logger.child({ component: 'webhook-outbox' }),
   });
   let pruneTimer: NodeJS.Timeout | null = null;
   const services: AccountServices = {

@@ -21,7 +21,7 @@ export function createUsageServices(deps: {
   clock: Clock;
   accounts: AccountServices;
   intervalSeconds: number;
-  logger: () => Logger;
+  logger: Logger;
 }): UsageServices {
   const records = new UsageRecords(deps.db);
   const reports = new UsageReports({
