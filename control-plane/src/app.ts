@@ -1,6 +1,6 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyBaseLogger, LogController } from 'fastify';
-import type { Logger } from 'pino';
+import { attachAgentSockets } from './agents/sockets.ts';
 import { accountRoutes } from './api/accounts/index.ts';
 import { sshKeyRoutes } from './api/accounts/ssh-keys.ts';
 import { adminAccountRoutes } from './api/admin/accounts.routes.ts';
@@ -48,6 +48,7 @@ import { installSensitiveGuard } from './http/sensitive.ts';
 import { installTextGuard } from './http/text-guard.ts';
 import { buildSerializer, buildValidator } from './http/validation.ts';
 import { invitePageRoutes } from './invite-page/routes.ts';
+import type { Logger } from './logger.ts';
 
 export interface BuildAppOptions {
   context: AppContext;
@@ -106,9 +107,17 @@ export async function buildApp({ context, logger }: BuildAppOptions) {
   installRequestLog(app, context.requestLog, context.clock);
   installActivityTracking(app, context.accounts.activity);
   installHttpMetrics(app, context.fleet.metrics);
-  // Agents connect over WebSocket on the same server (AGENT_CONNECT_PATH); their sockets close first on shutdown.
-  context.fleet.agents.attach(app.server);
-  app.addHook('preClose', () => context.fleet.agents.closeAll());
+  // Agents connect over WebSocket on the same server, with their tunnels and worker API relays; their
+  // sockets close first on shutdown.
+  attachAgentSockets(app.server, {
+    connect: context.fleet.agents,
+    tunnels: context.fleet.tunnels,
+    workerApi: context.endpoints.workerApi,
+  });
+  app.addHook('preClose', () => {
+    context.fleet.tunnels.closeAll();
+    return context.fleet.agents.closeAll();
+  });
   await installOpenApi(app);
 
   await app.register(healthRoutes, { context });

@@ -11,6 +11,7 @@ import type { Config } from './config.ts';
 import { createDatasets, type Datasets } from './datasets/index.ts';
 import type { Database } from './db/index.ts';
 import { createEndpoints, type Endpoints } from './endpoints/index.ts';
+import { WorkerTokens, workerTokenResolver } from './endpoints/runpod/tokens.ts';
 import { createExperiments, type ExperimentService } from './experiments/index.ts';
 import { createFleet, type Fleet } from './hosts/fleet.ts';
 import { registryAuthResolver } from './images/resolver.ts';
@@ -25,6 +26,7 @@ import {
   createTrainingArtifacts,
   type TrainingArtifacts,
 } from './training/artifacts/index.ts';
+import { trainingSpecResolver } from './training/dataset-files.ts';
 import { createTraining, type Training } from './training/index.ts';
 import type { TunnelOpener } from './tunnels/types.ts';
 import { ApiUsageService } from './usage/api-usage.ts';
@@ -127,7 +129,29 @@ export function createContext(
     logger: logger.child({ component: 'transfer-meter' }),
     pricePerGb: config.transferPricePerGb,
   });
-  const fleet = createFleet(config, db, clock, { tunnelMeter: transfer, audit: accounts.audit });
+  const secrets = createSecrets({
+    config,
+    db,
+    clock,
+    accounts,
+    logger: logger.child({ component: 'secrets' }),
+  });
+  const workerTokens = new WorkerTokens(() => accounts.secrets());
+  const fleet = createFleet(config, db, clock, {
+    tunnelMeter: transfer,
+    audit: accounts.audit,
+    logger: logger.child({ component: 'fleet' }),
+    // Each spec is completed as its host's desired set is sent, never stored: contract 5's secrets, the
+    // owning account's registry credentials (WorkloadSpec.registryAuth), a RunPod-protocol worker's
+    // token, a training worker's dataset files.
+    specResolvers: [
+      secrets.specResolver,
+      registryAuthResolver(accounts.settings, logger.child({ component: 'images' })),
+      workerTokenResolver(workerTokens),
+      trainingSpecResolver(db),
+    ],
+  });
+  fleet.workloads.onContainerState(secrets.injectionCounter);
   const storageLogger = logger.child({ component: 'storage-meter' });
   const storage = new StorageMeter({
     db,
@@ -136,34 +160,13 @@ export function createContext(
     intervalSeconds: config.storageMeterSeconds,
     onError: (error) => storageLogger.error({ err: error }, 'storage metering pass failed'),
   });
-  const secrets = createSecrets({
-    config,
-    db,
-    clock,
-    accounts,
-    workloads: fleet.workloads,
-    logger: () => logger.child({ component: 'secrets' }),
-  });
-  // Registry credentials of the owning account reach each pull (WorkloadSpec.registryAuth), never stored.
-  fleet.workloads.useSpecResolver(
-    registryAuthResolver(accounts.settings, () => logger.child({ component: 'images' })),
-  );
   const templates = new TemplateService(db, clock, accounts.access);
   const usage = createUsageServices({
     db,
     clock,
     accounts,
     intervalSeconds: config.usageAlertSeconds,
-    logger: () => logger.child({ component: 'usage-alerts' }),
-  });
-  const clusters = createClusters({
-    db,
-    clock,
-    fleet,
-    accounts,
-    templates,
-    pricesFile: config.gpuPricesFile,
-    failedGpuPolicy: config.failedGpuPolicy,
+    logger: logger.child({ component: 'usage-alerts' }),
   });
   const clusterTelemetry = createClusterTelemetry({
     db,
@@ -182,7 +185,7 @@ export function createContext(
     revocations,
     liveSessions,
     // The agents' reverse tunnels (contract 4).
-    tunnels: () => fleet.tunnels,
+    tunnels: fleet.tunnels,
     logger: logger.child({ component: 'ssh' }),
     ipPolicy: accounts.ipPolicy,
   });
@@ -200,11 +203,21 @@ export function createContext(
     logger: logger.child({ component: 'proxy' }),
     ipPolicy: accounts.ipPolicy,
   });
-  // Contract 3: the cluster object's proxy_url/port_mappings, ssh_connection and metrics come from their areas.
-  clusters.service.useViewParts({
-    ssh: sshViewPart(ssh),
-    proxy: proxyViewPart(proxy),
-    metrics: metricsViewPart(clusterTelemetry.metrics),
+  const clusters = createClusters({
+    db,
+    clock,
+    fleet,
+    accounts,
+    templates,
+    pricesFile: config.gpuPricesFile,
+    failedGpuPolicy: config.failedGpuPolicy,
+    // Contract 3: the cluster object's proxy_url/port_mappings, ssh_connection and metrics come from their areas.
+    parts: {
+      ssh: sshViewPart(ssh),
+      proxy: proxyViewPart(proxy),
+      metrics: metricsViewPart(clusterTelemetry.metrics),
+    },
+    logger: logger.child({ component: 'clusters' }),
   });
   const datasets = createDatasets({
     config,
@@ -222,6 +235,8 @@ export function createContext(
     syncCapacity: () => clusters.allocator.sync(),
     publicUrl: config.publicUrl,
     allowPrivateWebhooks: config.outboundAllowPrivate,
+    workerTokens,
+    logger: logger.child({ component: 'endpoints' }),
   });
   const training = createTraining({
     db,
@@ -230,6 +245,7 @@ export function createContext(
     accounts,
     datasetStorage: datasets.storage,
     preemption: config.trainingPreemption,
+    logger: logger.child({ component: 'training' }),
   });
   const trainingArtifacts = createTrainingArtifacts({
     db,
@@ -246,7 +262,13 @@ export function createContext(
     apiKeys,
     revocations,
     liveSessions,
-    rateLimits: new RateLimitService({ db, clock, access: accounts.access, audit: accounts.audit }),
+    rateLimits: new RateLimitService({
+      db,
+      clock,
+      access: accounts.access,
+      audit: accounts.audit,
+      logger: logger.child({ component: 'rate-limit' }),
+    }),
     requestLog,
     apiUsage: new ApiUsageService(db.sql, clock, requestLog),
     accounts,
@@ -262,7 +284,7 @@ export function createContext(
     ssh,
     terminal: new TerminalService({
       clusters: ssh.clusters,
-      tunnels: () => ssh.tunnels(),
+      tunnels: () => fleet.tunnels,
       liveSessions,
       clock,
       logger: logger.child({ component: 'terminal' }),
@@ -288,15 +310,11 @@ export function createContext(
       await context.templates.start();
       usage.start();
       storage.start();
-      context.fleet.useLogger(logger.child({ component: 'fleet' }));
       await context.fleet.start();
-      clusters.useLogger(logger.child({ component: 'clusters' }));
       await clusters.start();
       clusterTelemetry.start();
       await datasets.start();
-      endpoints.useLogger(logger.child({ component: 'endpoints' }));
       await endpoints.start();
-      training.useLogger(logger.child({ component: 'training' }));
       training.start();
       trainingArtifacts.start();
       context.ready = true;

@@ -1,5 +1,5 @@
 import { ApiError } from '@anvil/shared';
-import type { Logger } from 'pino';
+import type { Logger } from '../logger.ts';
 import type { SessionAccessCheck, SessionGrant } from './access-check.ts';
 import type { AccessRevocations, Revocation } from './revocations.ts';
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { Logger } from 'pino';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 
 /** The PostgreSQL channel carrying revocations between control-plane processes. */
 export const REVOCATION_CHANNEL = 'anvil_access_revoked';

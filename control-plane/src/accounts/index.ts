@@ -1,4 +1,3 @@
-import type { Logger } from 'pino';
 import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import { AccessControl } from '../auth/access.ts';
 import type { ApiKeyService } from '../auth/api-keys.ts';
@@ -9,6 +8,7 @@ import { TwoFactorGate } from '../auth/two-factor/gate.ts';
 import type { Config } from '../config.ts';
 import { loadSecretBox, type SecretBox, type SecretKeySource } from '../crypto/secret-box.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { UsageRecords } from '../usage/records.ts';
 import { ActivityTracker } from './activity.ts';
 import { AuditLog } from './audit.ts';
@@ -110,7 +110,7 @@ export function createAccountServices(deps: {
     db,
     settings,
     notifier,
-    logger: () => logger.child({ component: 'webhook-outbox' }),
+    logger: logger.child({ component: 'webhook-outbox' }),
   });
   let pruneTimer: NodeJS.Timeout | null = null;
   const services: AccountServices = {

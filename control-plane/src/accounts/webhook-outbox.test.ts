@@ -35,7 +35,7 @@ describe('webhook outbox claims', () => {
       // No webhook configured: a claimed event is marked skipped, which is all this needs to see.
       settings: { effective: async () => ({}) } as unknown as SettingsService,
       notifier: {} as Notifier,
-      logger: () => pino({ level: 'silent' }),
+      logger: pino({ level: 'silent' }),
       pollMs: 0,
     });
 

@@ -1,6 +1,6 @@
-import type { Logger } from 'pino';
 import type { Prisma, PrismaClient } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { DueLoop } from '../util/due-loop.ts';
 import type { Notifier } from './notifications.ts';
 import type { SettingsService } from './settings.ts';
@@ -61,7 +61,7 @@ export interface WebhookOutboxDeps {
   db: Database;
   settings: SettingsService;
   notifier: Notifier;
-  logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
+  logger: Logger;
   /**
    * The least time between two passes (however many events are recorded meanwhile); 0 turns the loop
    * off (drain() still works). Passes otherwise run when an event is recorded (the NOTIFY of migration
@@ -88,7 +88,7 @@ export class WebhookOutbox {
     if (every <= 0 || this.loop) return;
     const loop = new DueLoop({
       run: () => this.tick(),
-      onError: (error) => this.deps.logger().warn({ err: error }, 'webhook outbox pass failed'),
+      onError: (error) => this.deps.logger.warn({ err: error }, 'webhook outbox pass failed'),
       minGapMs: every,
       sweepMs: this.deps.sweepMs ?? 60_000,
     });
@@ -101,7 +101,7 @@ export class WebhookOutbox {
           if (this.loop === loop) this.unlisten = unlisten;
           else void unlisten();
         },
-        (error: unknown) => this.deps.logger().warn({ err: error }, 'webhook outbox could not listen'),
+        (error: unknown) => this.deps.logger.warn({ err: error }, 'webhook outbox could not listen'),
       );
   }
 
@@ -263,7 +263,7 @@ export class WebhookOutbox {
     } catch (error) {
       const message = (error as Error).message;
       const delay = RETRY_DELAYS_SECONDS[event.attempts - 1];
-      this.deps.logger().warn(
+      this.deps.logger.warn(
         {
           err: error,
           accountId: event.account_id,

@@ -19,17 +19,11 @@ import { type RawData, WebSocket } from 'ws';
 import type { Clock } from '../auth/clock.ts';
 import { type GpuHealthService, worstGpuHealth } from '../hosts/gpu-health.ts';
 import type { HostService } from '../hosts/hosts.ts';
+import type { Logger } from '../logger.ts';
 import type { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import type { TelemetryService } from '../telemetry/telemetry.ts';
 import type { WorkloadService } from '../workloads/workloads.ts';
 import { PlacedWorkloads } from './placed-workloads.ts';
-
-export interface GatewayLogger {
-  debug(details: object, message: string): void;
-  info(details: object, message: string): void;
-  warn(details: object, message: string): void;
-  error(details: object, message: string): void;
-}
 
 export interface GatewaySettings {
   heartbeatSeconds: number;
@@ -55,7 +49,7 @@ export interface ConnectionContext {
   readonly telemetry: TelemetryService;
   readonly metrics: ControlPlaneMetrics;
   readonly clock: Clock;
-  logger(): GatewayLogger;
+  logger: Logger;
   /** The connection was welcomed as `hostId`: it becomes the host's connection, replacing any other. */
   welcomed(connection: AgentConnection): Promise<void>;
   /** Welcome was sent: the agent takes commands from now on (an upgrade, when its version differs). */
@@ -150,8 +144,8 @@ export class AgentConnection {
     return this.#state === 'ready';
   }
 
-  #log(): GatewayLogger {
-    return this.ctx.logger();
+  #log(): Logger {
+    return this.ctx.logger;
   }
 
   #details(extra: Record<string, unknown> = {}): Record<string, unknown> {

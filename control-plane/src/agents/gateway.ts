@@ -1,16 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, Server } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { ApiError, randomBase36 } from '@anvil/shared';
-import {
-  AGENT_CONNECT_PATH,
-  AGENT_TUNNEL_PATH,
-  AGENT_WORKER_API_PATH,
-  CLOSE_CODES,
-  type CommandBody,
-  MAX_FRAME_BYTES,
-  RequestTimeoutError,
-} from '@anvil/shared/protocol';
+import { CLOSE_CODES, type CommandBody, MAX_FRAME_BYTES, RequestTimeoutError } from '@anvil/shared/protocol';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Clock } from '../auth/clock.ts';
 import type { Config } from '../config.ts';
@@ -18,17 +10,14 @@ import type { Database } from '../db/index.ts';
 import type { FleetEvents } from '../hosts/events.ts';
 import type { GpuHealthService } from '../hosts/gpu-health.ts';
 import type { HostService } from '../hosts/hosts.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 import type { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import type { TelemetryService } from '../telemetry/telemetry.ts';
 import type { WorkloadService } from '../workloads/workloads.ts';
 import { HelloAdmission } from './admission.ts';
-import {
-  AgentConnection,
-  type ConnectionContext,
-  type GatewayLogger,
-  type GatewaySettings,
-} from './connection.ts';
+import { AgentConnection, type ConnectionContext, type GatewaySettings } from './connection.ts';
 import { type BusMessage, ReplicaBus } from './replica-bus.ts';
+import { refuseUpgrade } from './sockets.ts';
 
 /** Reported in welcome; kept equal to control-plane/package.json's version. */
 export const CONTROL_PLANE_VERSION = '0.1.0';
@@ -56,6 +45,7 @@ export interface AgentGatewayOptions {
   telemetry: TelemetryService;
   events: FleetEvents;
   metrics: ControlPlaneMetrics;
+  logger?: Logger;
   handshakeTimeoutMs?: number;
   desiredAckTimeoutMs?: number;
   /** How often heartbeats are written (in one statement for all hosts). */
@@ -64,14 +54,6 @@ export interface AgentGatewayOptions {
   livenessIntervalMs?: number;
   /** How long the current connection of a host has to answer a ping when another agent claims the host. */
   claimProbeMs?: number;
-}
-
-const silent: GatewayLogger = { debug() {}, info() {}, warn() {}, error() {} };
-
-/** Serves the agents' tunnel sockets (AGENT_TUNNEL_PATH) on the gateway's HTTP servers. */
-export interface TunnelEndpoint {
-  handleUpgrade(request: IncomingMessage, socket: Duplex, head: Buffer): void;
-  closeAll(): void;
 }
 
 interface RelayWaiter {
@@ -105,16 +87,14 @@ export class AgentGateway {
   readonly #relayed = new Map<string, RelayWaiter>();
   readonly #timers: NodeJS.Timeout[] = [];
   readonly #unsubscribe: (() => void)[] = [];
-  readonly #attached = new Set<Server>();
   readonly #context: ConnectionContext;
-  #logger: GatewayLogger = silent;
-  #tunnels: TunnelEndpoint | null = null;
-  #workerApi: Pick<TunnelEndpoint, 'handleUpgrade'> | null = null;
+  readonly #logger: Logger;
   #closing = false;
   #started = false;
 
   constructor(options: AgentGatewayOptions) {
     this.#o = options;
+    this.#logger = options.logger ?? silentLogger;
     this.#settings = {
       heartbeatSeconds: options.config.heartbeatSeconds,
       metricsSeconds: options.config.metricsSeconds,
@@ -146,7 +126,7 @@ export class AgentGateway {
       telemetry: options.telemetry,
       metrics: options.metrics,
       clock: options.clock,
-      logger: () => this.#logger,
+      logger: this.#logger,
       welcomed: (connection) => this.#welcomed(connection),
       greeted: (connection) => {
         void options.events.agentGreeted(connection.hostId!, connection.agentVersion);
@@ -157,20 +137,6 @@ export class AgentGateway {
       },
       claim: (connection, hostId) => this.#claim(connection, hostId),
     };
-  }
-
-  useLogger(logger: GatewayLogger): void {
-    this.#logger = logger;
-  }
-
-  /** Worker API relays (AGENT_WORKER_API_PATH) arrive on the same servers as agent connections. */
-  useWorkerApiEndpoint(endpoint: Pick<TunnelEndpoint, 'handleUpgrade'>): void {
-    this.#workerApi = endpoint;
-  }
-
-  /** Tunnel sockets arrive on the same servers as agent connections and close with them. */
-  useTunnelEndpoint(endpoint: TunnelEndpoint): void {
-    this.#tunnels = endpoint;
   }
 
   get connectedCount(): number {
@@ -184,42 +150,25 @@ export class AgentGateway {
 
   // ---- HTTP upgrade
 
-  /** Serves AGENT_CONNECT_PATH on `server`; other upgrade requests are left to other listeners. */
-  attach(server: Server): void {
-    if (this.#attached.has(server)) return;
-    this.#attached.add(server);
-    server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
-      const path = (request.url ?? '').split('?')[0];
-      if (path === AGENT_TUNNEL_PATH && this.#tunnels) {
-        this.#tunnels.handleUpgrade(request, socket, head);
-        return;
-      }
-      if (path === AGENT_WORKER_API_PATH && this.#workerApi) {
-        this.#workerApi.handleUpgrade(request, socket, head);
-        return;
-      }
-      if (path !== AGENT_CONNECT_PATH) {
-        if (server.listenerCount('upgrade') === 1) reject(socket, 404, 'Not Found');
-        return;
-      }
-      if (this.#closing) {
-        reject(socket, 503, 'Service Unavailable');
-        return;
-      }
-      const retryAfter = this.#admission.retryAfter(this.#unwelcomed.size);
-      if (retryAfter !== null) {
-        // Refused before the upgrade: a flood of sockets that never authenticate costs no WebSocket, and
-        // a reconnect wave is served at the pace hellos are welcomed (HelloAdmission).
-        this.#o.metrics.agentRefusals.inc({ code: 'preauth_limit' });
-        this.#logger.debug(
-          { remote: request.socket.remoteAddress, limit: this.#admission.limit, retryAfter },
-          'too many agent sockets without a welcome; told to come back later',
-        );
-        reject(socket, 503, 'Service Unavailable', { 'Retry-After': String(retryAfter) });
-        return;
-      }
-      this.#wss.handleUpgrade(request, socket, head, (ws) => this.#accept(ws, request));
-    });
+  /** An agent's control connection (AGENT_CONNECT_PATH; agents/sockets.ts routes it here). */
+  handleUpgrade(request: IncomingMessage, socket: Duplex, head: Buffer): void {
+    if (this.#closing) {
+      refuseUpgrade(socket, 503, 'Service Unavailable');
+      return;
+    }
+    const retryAfter = this.#admission.retryAfter(this.#unwelcomed.size);
+    if (retryAfter !== null) {
+      // Refused before the upgrade: a flood of sockets that never authenticate costs no WebSocket, and
+      // a reconnect wave is served at the pace hellos are welcomed (HelloAdmission).
+      this.#o.metrics.agentRefusals.inc({ code: 'preauth_limit' });
+      this.#logger.debug(
+        { remote: request.socket.remoteAddress, limit: this.#admission.limit, retryAfter },
+        'too many agent sockets without a welcome; told to come back later',
+      );
+      refuseUpgrade(socket, 503, 'Service Unavailable', { 'Retry-After': String(retryAfter) });
+      return;
+    }
+    this.#wss.handleUpgrade(request, socket, head, (ws) => this.#accept(ws, request));
   }
 
   #accept(ws: WebSocket, request: IncomingMessage): void {
@@ -269,13 +218,22 @@ export class AgentGateway {
     const hostId = connection.hostId!;
     const previous = this.#byHost.get(hostId);
     this.#byHost.set(hostId, connection);
+    this.#countConnected();
     if (previous && previous !== connection) previous.replaced();
     await this.#publish({ t: 'connected', hostId, connectionId: connection.id });
   }
 
+  /** anvil_agents_connected follows the connections this process holds. */
+  #countConnected(): void {
+    this.#o.metrics.agentsConnected.set(this.#byHost.size);
+  }
+
   async #disconnected(connection: AgentConnection): Promise<void> {
     const hostId = connection.hostId!;
-    if (this.#byHost.get(hostId) === connection) this.#byHost.delete(hostId);
+    if (this.#byHost.get(hostId) === connection) {
+      this.#byHost.delete(hostId);
+      this.#countConnected();
+    }
     await this.#o.hosts.markDisconnected(hostId, connection.id);
   }
 
@@ -407,6 +365,7 @@ export class AgentGateway {
         const local = this.#byHost.get(message.hostId);
         if (local && local.id !== message.connectionId) {
           this.#byHost.delete(message.hostId);
+          this.#countConnected();
           local.replaced();
         }
         return;
@@ -573,7 +532,6 @@ export class AgentGateway {
   /** Refuses new agents and closes every connection (retryable: agents redial another replica or later). */
   async closeAll(): Promise<void> {
     this.#closing = true;
-    this.#tunnels?.closeAll();
     const all = [...this.#connections];
     for (const connection of all) {
       connection.refuse(
@@ -605,11 +563,4 @@ export class AgentGateway {
     this.#wss.close();
     this.#started = false;
   }
-}
-
-function reject(socket: Duplex, status: number, text: string, headers: Record<string, string> = {}): void {
-  const extra = Object.entries(headers)
-    .map(([name, value]) => `${name}: ${value}\r\n`)
-    .join('');
-  socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\n${extra}Content-Length: 0\r\n\r\n`);
 }

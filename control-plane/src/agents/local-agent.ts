@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { JoinTokenService } from '../hosts/join-tokens.ts';
-import type { GatewayLogger } from './connection.ts';
+import type { Logger } from '../logger.ts';
 
 export const REPO_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 export const AGENT_MAIN = join(REPO_ROOT, 'agent', 'src', 'main.ts');
@@ -38,7 +38,7 @@ export interface LocalAgentOptions {
   logLevel: string;
   /** Makes a single-use join token; called only when the state directory holds no credential yet. */
   createJoinToken: () => Promise<string>;
-  logger: GatewayLogger;
+  logger: Logger;
   /** Where the agent's JSON log lines go (the control plane's stdout). */
   out: NodeJS.WritableStream;
   agentMain?: string;
@@ -150,7 +150,7 @@ export async function startLocalAgent(options: {
   logLevel: string;
   joinTokens: JoinTokenService;
   address: AddressInfo | string | null;
-  logger: GatewayLogger;
+  logger: Logger;
   out: NodeJS.WritableStream;
 }): Promise<LocalAgent | null> {
   try {

@@ -1,5 +1,6 @@
 import { generateApiKey, hashApiKey, KEY_SCOPES, newId } from '@anvil/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../logger.ts';
 import { createTestDatabase, type TestDatabase } from '../testing/database.ts';
 import { waitFor } from '../testing/wait.ts';
 import { bootstrapOwner } from './bootstrap.ts';
@@ -135,7 +136,7 @@ describe('key resolver: unknown keys cached negatively', () => {
       db: flaky as never,
       clock: systemClock,
       lastUsedFlushMs: 20,
-      logger: { warn: (_obj, msg) => warnings.push(msg) },
+      logger: { ...silentLogger, warn: (_obj, msg) => warnings.push(msg) },
     });
     const value = generateApiKey('live');
     await insertKey(value);

@@ -10,6 +10,7 @@ import {
 } from '@anvil/shared';
 import type { ApiKey } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { RefreshedCache } from '../util/refreshed-cache.ts';
 import type { Clock } from './clock.ts';
 import type { Principal } from './principal.ts';
@@ -69,7 +70,7 @@ export interface KeyResolverOptions {
   /** How often last-used times are written back. */
   lastUsedFlushMs?: number;
   /** Where a failed write-back of last-used times is reported (it is retried at the next flush). */
-  logger?: { warn(obj: object, msg: string): void };
+  logger?: Logger;
 }
 
 function unauthorized(message: string, reason: string): ApiError {

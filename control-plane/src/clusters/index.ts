@@ -1,10 +1,11 @@
-import type { Logger } from 'pino';
 import type { AccountServices } from '../accounts/index.ts';
 import type { Clock } from '../auth/clock.ts';
 import { PriceTable } from '../billing/prices.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 import { Allocator } from '../scheduler/allocator.ts';
+import { Signal } from '../util/signal.ts';
 import { ClusterCreation } from './creation.ts';
 import { type FailedGpuPolicy, FailedGpuWorkloads } from './failed-gpus.ts';
 import { ClusterOperations } from './operations.ts';
@@ -23,7 +24,6 @@ export interface Clusters {
   snapshots: ClusterSnapshots;
   allocator: Allocator;
   prices: PriceTable;
-  useLogger(logger: Logger): void;
   start(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -40,28 +40,30 @@ export function createClusters(deps: {
   templates?: TemplateResolverLike | null;
   parts?: ClusterViewParts;
   supervisor?: SupervisorOptions;
+  logger?: Logger;
 }): Clusters {
-  let logger: Pick<Logger, 'info' | 'warn' | 'error'> = { info() {}, warn() {}, error() {} };
+  const logger = deps.logger ?? silentLogger;
+  // The service and operations change clusters; the supervisor, built after them, acts on the change now.
+  const changed = new Signal();
   const allocator = new Allocator(deps.db, deps.clock);
   const service = new ClusterService({
     ...deps,
     allocator,
     creation: new ClusterCreation(deps.db),
-    logger: () => logger,
+    logger,
+    changed,
   });
-  let supervisor: ClusterSupervisor | null = null;
   const operations = new ClusterOperations({
     ...deps,
     allocator,
-    logger: () => logger,
-    freed: () => supervisor?.kick(),
+    logger,
+    freed: () => changed.notify(),
   });
-  supervisor = new ClusterSupervisor(
-    { db: deps.db, clock: deps.clock, service, operations, allocator, logger: () => logger },
+  const running = new ClusterSupervisor(
+    { db: deps.db, clock: deps.clock, service, operations, allocator, logger },
     deps.supervisor,
   );
-  const running = supervisor;
-  service.onKick(() => running.kick());
+  changed.listen(() => running.kick());
   // The agent reports a cluster container's change (running, exited, gone) as it happens: a container
   // now running makes its starting cluster running at once, and the supervisor acts on any other change
   // now instead of at its next timed pass (errors, stop phases waiting for the exit).
@@ -76,7 +78,7 @@ export function createClusters(deps: {
     clock: deps.clock,
     policy: deps.failedGpuPolicy ?? 'keep',
     failCluster: (clusterId, reason) => service.fail(clusterId, reason),
-    freed: () => running.kick(),
+    freed: () => changed.notify(),
   });
   const unsubscribeGpuHealth = deps.fleet.events.onGpuHealthChanged((change) =>
     failedGpus.handle(change).catch((error: unknown) => {
@@ -94,9 +96,6 @@ export function createClusters(deps: {
     supervisor: running,
     allocator,
     prices,
-    useLogger(next) {
-      logger = next;
-    },
     async start() {
       if (deps.pricesFile) await prices.loadFile(deps.pricesFile);
       await allocator.sync();

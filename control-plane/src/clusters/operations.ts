@@ -5,9 +5,9 @@ import { closeSession } from '../billing/sessions.ts';
 import type { Cluster, Prisma, Workload } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
+import type { Logger } from '../logger.ts';
 import { type Allocator, TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { DeleteOptions, Operation, Phase, StopOptions } from './operation.ts';
-import type { ClusterLogger } from './service.ts';
 import { recordRemoval, snapshotCleanupOf, snapshotRepository, snapshotTag } from './snapshots.ts';
 import {
   completedOutcome,
@@ -44,7 +44,7 @@ export class ClusterOperations {
       fleet: Fleet;
       accounts: AccountServices;
       allocator: Allocator;
-      logger: () => ClusterLogger;
+      logger: Logger;
       /** Capacity was freed: pending clusters may fit now. */
       freed: () => void;
     },
@@ -83,9 +83,10 @@ export class ClusterOperations {
         // A phase that throws is retried on the next pass; the note tells the caller why it is slow.
         const message = error instanceof Error ? error.message : String(error);
         await this.note(cluster.id, op, `${op.phase}: ${message}`);
-        this.d
-          .logger()
-          .warn({ clusterId, phase: op.phase, err: error }, 'cluster operation phase failed; retrying');
+        this.d.logger.warn(
+          { clusterId, phase: op.phase, err: error },
+          'cluster operation phase failed; retrying',
+        );
         return false;
       }
       if (result === 'wait') {
@@ -428,8 +429,9 @@ export class ClusterOperations {
               updatedAt: now,
             },
     });
-    this.d
-      .logger()
-      .info({ clusterId: cluster.id, kind: op.kind, notes: op.notes }, `cluster ${op.kind} completed`);
+    this.d.logger.info(
+      { clusterId: cluster.id, kind: op.kind, notes: op.notes },
+      `cluster ${op.kind} completed`,
+    );
   }
 }

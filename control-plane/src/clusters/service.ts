@@ -8,9 +8,11 @@ import type { Cluster, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
 import { requireOwnImage } from '../images/snapshot-images.ts';
+import type { Logger } from '../logger.ts';
 import { type Allocator, TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { GpuType } from '../scheduler/gpu-types.ts';
 import type { PlacementRequest } from '../scheduler/placement.ts';
+import type { Signal } from '../util/signal.ts';
 import { requestedLimits } from '../workloads/limits.ts';
 import { validSpec, type WorkloadSpecInput } from '../workloads/workloads.ts';
 import { ClusterAccess, notFound } from './access.ts';
@@ -39,12 +41,6 @@ import type { ClusterViewParts } from './view-parts.ts';
 /** Where a cluster's volume is mounted in its container (RunPod's convention). */
 export const VOLUME_PATH = '/workspace';
 
-export interface ClusterLogger {
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-  error(obj: object, msg: string): void;
-}
-
 export interface ClusterServiceDeps {
   db: Database;
   clock: Clock;
@@ -55,8 +51,10 @@ export interface ClusterServiceDeps {
   creation: ClusterCreation;
   templates?: TemplateResolverLike | null;
   parts?: ClusterViewParts;
-  /** The clusters component's logger (a getter: the app hands it over after construction). */
-  logger?: () => ClusterLogger;
+  /** The clusters component's logger; default silent. */
+  logger?: Logger;
+  /** Told after a change that frees capacity or needs the supervisor (placement, operations). */
+  changed: Signal;
 }
 
 type Tx = Prisma.TransactionClient;
@@ -80,28 +78,14 @@ export function placementRequestOf(cluster: Cluster, pinned: boolean): Placement
  */
 export class ClusterService {
   readonly access: ClusterAccess;
-  #templates: TemplateResolverLike | null;
-  #parts: ClusterViewParts;
-  /** Called after a change that frees capacity or needs the supervisor (placement, operations). */
-  #kick: () => void = () => {};
+  readonly #templates: TemplateResolverLike | null;
+  readonly #parts: ClusterViewParts;
   readonly #ensuring = new Set<string>();
 
   constructor(private readonly d: ClusterServiceDeps) {
     this.access = new ClusterAccess(d.db, d.accounts.access);
     this.#templates = d.templates ?? null;
     this.#parts = d.parts ?? {};
-  }
-
-  useTemplates(templates: TemplateResolverLike): void {
-    this.#templates = templates;
-  }
-
-  useViewParts(parts: ClusterViewParts): void {
-    this.#parts = { ...this.#parts, ...parts };
-  }
-
-  onKick(kick: () => void): void {
-    this.#kick = kick;
   }
 
   // ---- create
@@ -198,7 +182,7 @@ export class ClusterService {
         { field: 'from_snapshot', host_id: snapshot?.hostId },
       );
     }
-    this.#kick();
+    this.d.changed.notify();
     if (outcome.kind === 'placed') {
       // Committed: the host's agent gets its new desired set now, without this answer waiting for it.
       void this.d.fleet.events.desiredChanged(outcome.placement.hostId);
@@ -447,7 +431,7 @@ export class ClusterService {
       const row = await this.d.db.prisma.cluster.findUnique({ where: { id } });
       if (!row) throw notFound(id);
       if ((row.status !== 'stopping' && row.status !== 'deleting') || Date.now() >= until) return row;
-      this.#kick();
+      this.d.changed.notify();
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   }
@@ -530,7 +514,7 @@ export class ClusterService {
     );
     if (!accepted)
       throw invalidState(await this.row(id), ['running'], 'the cluster changed state; fetch it again');
-    this.#kick();
+    this.d.changed.notify();
     return this.row(id);
   }
 
@@ -569,7 +553,7 @@ export class ClusterService {
       ['pending', 'starting', 'running', 'stopping', 'stopped', 'error'],
       { requestedBy },
     );
-    this.#kick();
+    this.d.changed.notify();
     return accepted;
   }
 
@@ -689,14 +673,12 @@ export class ClusterService {
     // The container is not left behind to restart on its own; its volume stays for a later start.
     await this.d.fleet.workloads.setDesired(clusterId, 'stopped').catch((error: unknown) => {
       // The cluster is failed and billed no more either way; a container left running is the operator's to see.
-      this.d
-        .logger?.()
-        .error(
-          { err: error, clusterId, reason },
-          'failed cluster: its container could not be set to stopped and may keep running',
-        );
+      this.d.logger?.error(
+        { err: error, clusterId, reason },
+        'failed cluster: its container could not be set to stopped and may keep running',
+      );
     });
-    this.#kick();
+    this.d.changed.notify();
   }
 }
 

@@ -4,6 +4,7 @@ import { preferencesOf } from '../accounts/profile.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import type { SnapshotRecord, StopOptions } from './operation-options.ts';
 
 /**
@@ -183,7 +184,7 @@ export interface StopNotifierDeps {
   clock: Clock;
   notifier: Notifier;
   settings: { effective(accountId: string): Promise<Record<string, unknown>> };
-  logger: () => { warn(obj: object, msg: string): void };
+  logger: Logger;
 }
 
 /** Sends a stop's notifications on every channel that applies, and returns each one's result. */
@@ -212,7 +213,7 @@ export class StopNotifier {
     }));
     const now = () => this.d.clock.now().toISOString();
     const failure = (channel: string, error: unknown) => {
-      this.d.logger().warn({ err: error, clusterId: cluster.id, channel }, 'stop notification failed');
+      this.d.logger.warn({ err: error, clusterId: cluster.id, channel }, 'stop notification failed');
       return (error as Error).message;
     };
 

@@ -1,11 +1,12 @@
 import type { WorkloadStatus } from '@anvil/shared/protocol';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import type { Allocator } from '../scheduler/allocator.ts';
 import { PassLoop } from '../util/pass-loop.ts';
 import type { DeleteOptions } from './operation.ts';
 import type { ClusterOperations } from './operations.ts';
-import type { ClusterLogger, ClusterService } from './service.ts';
+import type { ClusterService } from './service.ts';
 
 /** Announced by a trigger when a cluster is created or its status changes (migration 20261128001900). */
 const CLUSTER_STATUS_CHANNEL = 'anvil_cluster_status';
@@ -61,7 +62,7 @@ export class ClusterSupervisor {
       service: ClusterService;
       operations: ClusterOperations;
       allocator: Allocator;
-      logger: () => ClusterLogger;
+      logger: Logger;
     },
     options: SupervisorOptions = {},
   ) {
@@ -73,7 +74,7 @@ export class ClusterSupervisor {
       after: (delayMs) => delayMs,
       // A failure (the database away) is retried soon, not at the sweep.
       failedMs: 1_000,
-      onError: (error) => this.d.logger().error({ err: error }, 'cluster supervisor pass failed'),
+      onError: (error) => this.d.logger.error({ err: error }, 'cluster supervisor pass failed'),
     });
   }
 
@@ -88,7 +89,7 @@ export class ClusterSupervisor {
           if (this.#started) this.#unlisten = unlisten;
           else void unlisten();
         },
-        (error: unknown) => this.d.logger().error({ err: error }, 'cluster supervisor could not listen'),
+        (error: unknown) => this.d.logger.error({ err: error }, 'cluster supervisor could not listen'),
       );
   }
 
@@ -154,7 +155,7 @@ export class ClusterSupervisor {
       if (row.expired && row.status !== 'deleting') {
         const cluster = await this.d.service.row(row.id).catch(() => null);
         if (cluster && (await this.d.service.beginDelete(cluster, EXPIRY_DELETE))) {
-          this.d.logger().info({ clusterId: row.id }, 'cluster expired: deleting it');
+          this.d.logger.info({ clusterId: row.id }, 'cluster expired: deleting it');
         }
         continue;
       }
@@ -206,7 +207,7 @@ export class ClusterSupervisor {
       where: { id, status: 'starting', ...(fromHostId ? { hostId: fromHostId } : {}) },
       data: { status: 'running', statusReason: null, sessionStartedAt: now, updatedAt: now },
     });
-    if (started.count > 0) this.d.logger().info({ clusterId: id }, 'cluster running: billing session opened');
+    if (started.count > 0) this.d.logger.info({ clusterId: id }, 'cluster running: billing session opened');
   }
 
   #operate(id: string): void {
@@ -215,7 +216,7 @@ export class ClusterSupervisor {
     this.d.operations
       .advance(id)
       .catch((error: unknown) =>
-        this.d.logger().error({ err: error, clusterId: id }, 'cluster operation failed'),
+        this.d.logger.error({ err: error, clusterId: id }, 'cluster operation failed'),
       )
       .finally(() => {
         this.#inFlight.delete(id);
@@ -240,7 +241,7 @@ export class ClusterSupervisor {
     // order, and to the queue heads' reservations (scheduler/reservations.ts); skipping here saves attempts.
     // The queue is first drained in one statement; only what that left goes one by one (queued, reserved).
     const placed = await this.d.service.placeBatch(pending.map(({ id }) => id));
-    for (const id of placed) this.d.logger().info({ clusterId: id }, 'pending cluster placed');
+    for (const id of placed) this.d.logger.info({ clusterId: id }, 'pending cluster placed');
     const smallestUnplaced = new Map<string, number>();
     for (const { id, gpuType, gpuCount, region, hostId } of pending) {
       if (placed.has(id)) continue;
@@ -249,7 +250,7 @@ export class ClusterSupervisor {
       const blocking = smallestUnplaced.get(key);
       if (blocking !== undefined && gpuCount >= blocking) continue;
       if (await this.d.service.placePending(id)) {
-        this.d.logger().info({ clusterId: id }, 'pending cluster placed');
+        this.d.logger.info({ clusterId: id }, 'pending cluster placed');
       } else {
         smallestUnplaced.set(key, Math.min(blocking ?? Number.POSITIVE_INFINITY, gpuCount));
       }

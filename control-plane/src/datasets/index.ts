@@ -1,7 +1,7 @@
-import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { MultipartUploads } from './multipart.ts';
 import { DatasetProcessor } from './processing.ts';
 import { DatasetQuota } from './quota.ts';

@@ -1,9 +1,9 @@
 import type { Readable } from 'node:stream';
 import { ApiError, newId } from '@anvil/shared';
-import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { Dataset, DatasetUpload } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import type { DatasetQuota } from './quota.ts';
 import type { DatasetService } from './service.ts';
 import type { DatasetStorage } from './storage.ts';

@@ -1,9 +1,9 @@
 import { addAbortSignal } from 'node:stream';
 import type { ApiError } from '@anvil/shared';
-import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { analyze } from './analyze.ts';
 import { openDatasetUrl } from './fetch-url.ts';
 import type { DatasetFormat } from './formats.ts';

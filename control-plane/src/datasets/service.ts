@@ -1,10 +1,10 @@
 import type { Readable } from 'node:stream';
 import { ApiError, newId } from '@anvil/shared';
-import type { Logger } from 'pino';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Dataset, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { listOrderBy } from '../util/list-order.ts';
 import { checkDatasetUrl } from './fetch-url.ts';
 import { DATASET_FORMATS, type DatasetType, isDatasetFormat } from './formats.ts';

@@ -1,8 +1,8 @@
 import { randomBase36 } from '@anvil/shared';
-import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { EndpointJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { PassLoop } from '../util/pass-loop.ts';
 import type { JobOutcome, JobQueue } from './jobs.ts';
 import type { RunpodBridge } from './runpod/bridge.ts';
@@ -92,7 +92,7 @@ export class Dispatcher {
       client: WorkerClient;
       /** Workers of the RunPod protocol pull: the takes they hold open here, and their answers. */
       runpod: RunpodBridge;
-      logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
+      logger: Logger;
       /** A worker failed to take a job (connection refused, tunnel failed): the supervisor probes it. */
       onWorkerTrouble?: (workerId: string, error: string) => void;
     },
@@ -109,7 +109,7 @@ export class Dispatcher {
       // An empty queue: nothing to do until a kick, but for the safety sweep.
       after: ({ dispatched, queued }) => (dispatched > 0 ? 0 : queued ? this.#idleMs : this.#sweepMs),
       failedMs: this.#idleMs,
-      onError: (error) => this.d.logger().error({ err: error }, 'endpoint dispatcher pass failed'),
+      onError: (error) => this.d.logger.error({ err: error }, 'endpoint dispatcher pass failed'),
     });
   }
 
@@ -155,9 +155,7 @@ export class Dispatcher {
         else void unlisten();
       },
       (error: unknown) =>
-        this.d
-          .logger()
-          .error({ err: error, channel }, 'endpoint dispatcher could not listen for job changes'),
+        this.d.logger.error({ err: error, channel }, 'endpoint dispatcher could not listen for job changes'),
     );
   }
 
@@ -170,7 +168,7 @@ export class Dispatcher {
     for (const running of this.#running.values()) running.abort.abort({ stop: 'shutdown' } satisfies Stop);
     const released = await this.d.jobs.releaseReplica(this.replicaId).catch(() => 0);
     if (released > 0)
-      this.d.logger().info({ jobs: released }, 'running endpoint jobs queued again for shutdown');
+      this.d.logger.info({ jobs: released }, 'running endpoint jobs queued again for shutdown');
   }
 
   /** A job was queued or a worker became ready: look for work now, here and on the other replicas. */
@@ -202,7 +200,7 @@ export class Dispatcher {
     void this.d.db
       .notify(CHANNEL, this.replicaId)
       .catch((error: unknown) =>
-        this.d.logger().warn({ err: error }, 'endpoint dispatcher could not notify other replicas'),
+        this.d.logger.warn({ err: error }, 'endpoint dispatcher could not notify other replicas'),
       )
       .finally(() => {
         this.#notifying = false;
@@ -289,9 +287,10 @@ export class Dispatcher {
     timer.unref();
     void this.#execute(job, workerId, port, pulls, abort.signal)
       .catch((error: unknown) =>
-        this.d
-          .logger()
-          .error({ err: error, job_id: job.id, worker_id: workerId }, 'endpoint job dispatch failed'),
+        this.d.logger.error(
+          { err: error, job_id: job.id, worker_id: workerId },
+          'endpoint job dispatch failed',
+        ),
       )
       .finally(() => {
         clearTimeout(timer);
@@ -307,7 +306,7 @@ export class Dispatcher {
     pulls: boolean,
     signal: AbortSignal,
   ): Promise<void> {
-    const log = this.d.logger();
+    const log = this.d.logger;
     let answer: RunAnswer;
     const options = {
       signal,
@@ -361,9 +360,10 @@ export class Dispatcher {
     void this.d.db
       .notify(FINISHED_CHANNEL, `${this.replicaId} ${jobId}`)
       .catch((error: unknown) =>
-        this.d
-          .logger()
-          .warn({ err: error, job_id: jobId }, 'endpoint dispatcher could not announce a finished job'),
+        this.d.logger.warn(
+          { err: error, job_id: jobId },
+          'endpoint dispatcher could not announce a finished job',
+        ),
       );
   }
 
@@ -385,7 +385,7 @@ export class Dispatcher {
         if (!kept.has(id)) this.#running.get(id)?.abort.abort({ stop: 'cancelled' } satisfies Stop);
       }
     } catch (error) {
-      this.d.logger().error({ err: error }, 'endpoint job lease renewal failed');
+      this.d.logger.error({ err: error }, 'endpoint job lease renewal failed');
     }
   }
 }

@@ -1,9 +1,10 @@
-import type { Logger } from 'pino';
 import type { AccountServices } from '../accounts/index.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 import type { TemplateResolver } from '../templates/resolve.ts';
+import { Signal } from '../util/signal.ts';
 import { Dispatcher, type DispatcherOptions } from './dispatcher.ts';
 import { ExecutionService } from './execution.ts';
 import { EndpointHealth } from './health.ts';
@@ -11,8 +12,7 @@ import { JobQueue } from './jobs.ts';
 import { QueueMaintenance } from './maintenance.ts';
 import { EndpointMetrics } from './prometheus.ts';
 import { RunpodBridge } from './runpod/bridge.ts';
-import { RUNPOD_TOKEN_ENV } from './runpod/environment.ts';
-import { WorkerTokens } from './runpod/tokens.ts';
+import type { WorkerTokens } from './runpod/tokens.ts';
 import { RunpodWorkerApi } from './runpod/worker-api.ts';
 import { EndpointService } from './service.ts';
 import { EndpointSupervisor, type SupervisorOptions } from './supervisor.ts';
@@ -30,7 +30,8 @@ export interface Endpoints {
   maintenance: QueueMaintenance;
   /** The worker side of the RunPod protocol, reached through the agents (AGENT_WORKER_API_PATH). */
   workerApi: RunpodWorkerApi;
-  useLogger(logger: Logger): void;
+  /** Per-endpoint gauges on /metrics (the fleet's registry), read at each scrape. */
+  metrics: EndpointMetrics;
   start(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -52,30 +53,38 @@ export function createEndpoints(deps: {
   syncCapacity: () => Promise<void>;
   publicUrl: string;
   allowPrivateWebhooks: boolean;
+  /** The worker API tokens (the same HMAC the spec resolver puts in each worker's environment). */
+  workerTokens: WorkerTokens;
   options?: EndpointsOptions;
+  logger?: Logger;
 }): Endpoints {
-  let logger: Pick<Logger, 'info' | 'warn' | 'error'> = { info() {}, warn() {}, error() {} };
-  const log = () => logger;
+  const logger = deps.logger ?? silentLogger;
   const { db, clock, fleet } = deps;
+  // Made before the dispatcher and the supervisor, which are built after the parts that notify them.
+  /** A take opened (a RunPod-protocol worker asks for jobs): the dispatcher looks at once. */
+  const takeOpened = new Signal();
+  /** Endpoints or workers changed (created, deleted, a worker ready): the supervisor and dispatcher act now. */
+  const changed = new Signal();
+  /** A worker failed to take a job in a way that suggests it is broken: the supervisor checks it. */
+  const workerTrouble = new Signal<string>();
   const jobs = new JobQueue(db, clock);
   const client = new WorkerClient(() => fleet.tunnels);
   const placer = new WorkerPlacer(db, clock, fleet);
-  let supervisor: EndpointSupervisor | null = null;
-  // A take opened (a RunPod-protocol worker asks for jobs): the dispatcher looks at once.
-  const runpod = new RunpodBridge(() => dispatcher.kick());
-  const dispatcher: Dispatcher = new Dispatcher(
+  const runpod = new RunpodBridge(() => takeOpened.notify());
+  const dispatcher = new Dispatcher(
     {
       db,
       clock,
       jobs,
       client,
       runpod,
-      logger: log,
-      onWorkerTrouble: (workerId) => supervisor?.suspect(workerId),
+      logger,
+      onWorkerTrouble: (workerId) => workerTrouble.notify(workerId),
     },
     deps.options?.dispatcher,
   );
-  const tokens = new WorkerTokens(() => deps.accounts.secrets());
+  takeOpened.listen(() => dispatcher.kick());
+  const tokens = deps.workerTokens;
   const workerApi = new RunpodWorkerApi({
     db,
     clock,
@@ -83,28 +92,22 @@ export function createEndpoints(deps: {
     bridge: runpod,
     tokens,
     hosts: fleet.hosts,
-    workerReady: () => {
-      dispatcher.kick();
-      supervisor?.kick();
-    },
+    workerReady: () => changed.notify(),
     finished: (jobId, row) => dispatcher.notifyFinished(jobId, row),
-    logger: log,
+    logger,
     ...(deps.options?.workerApiHoldMs === undefined ? {} : { holdMs: deps.options.workerApiHoldMs }),
   });
-  fleet.agents.useWorkerApiEndpoint(workerApi);
+  // Its gauges, on the fleet's registry, are read from the database at each scrape.
   const metrics = new EndpointMetrics(fleet.metrics.registry, db, clock);
-  fleet.metrics.useCollector(() => metrics.collect());
-  // A RunPod-protocol worker's token reaches its container as the spec is sent (never stored).
-  fleet.workloads.useSpecResolver(async (spec, workload) =>
-    workload.kind === 'endpoint_worker' && spec.workerApi
-      ? { ...spec, secretEnv: { ...spec.secretEnv, [RUNPOD_TOKEN_ENV]: tokens.issue(workload.id) } }
-      : spec,
-  );
-  supervisor = new EndpointSupervisor(
-    { db, clock, jobs, placer, client, dispatcher, logger: log },
+  const running = new EndpointSupervisor(
+    { db, clock, jobs, placer, client, dispatcher, logger },
     deps.options?.supervisor,
   );
-  const running = supervisor;
+  changed.listen(() => {
+    running.kick();
+    dispatcher.kick();
+  });
+  workerTrouble.listen((workerId) => running.suspect(workerId));
   const service = new EndpointService({
     db,
     clock,
@@ -114,11 +117,8 @@ export function createEndpoints(deps: {
     placer,
     syncCapacity: deps.syncCapacity,
     publicUrl: deps.publicUrl,
-    logger: log,
-  });
-  service.onKick(() => {
-    running.kick();
-    dispatcher.kick();
+    logger,
+    changed,
   });
   const execution = new ExecutionService({
     db,
@@ -139,7 +139,7 @@ export function createEndpoints(deps: {
       allowPrivate: deps.allowPrivateWebhooks,
       finished: finishedHere,
       requeued: () => dispatcher.kick(),
-      logger: log,
+      logger,
     },
     deps.options?.maintenanceMs,
   );
@@ -158,9 +158,7 @@ export function createEndpoints(deps: {
     supervisor: running,
     maintenance,
     workerApi,
-    useLogger(next) {
-      logger = next;
-    },
+    metrics,
     async start() {
       running.start();
       dispatcher.start();

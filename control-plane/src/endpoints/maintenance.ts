@@ -1,6 +1,6 @@
-import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { DueLoop } from '../util/due-loop.ts';
 import { outboundRequest } from '../util/outbound-guard.ts';
 import type { JobQueue } from './jobs.ts';
@@ -40,14 +40,14 @@ export class QueueMaintenance {
       /** Jobs that reached a final status here (ttl): runsync waiters are told. */
       finished: (jobId: string) => void;
       requeued: () => void;
-      logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
+      logger: Logger;
     },
     intervalMs = 1_000,
     sweepMs = SWEEP_MS,
   ) {
     this.#loop = new DueLoop({
       run: () => this.tick(),
-      onError: (error) => this.d.logger().error({ err: error }, 'endpoint queue maintenance failed'),
+      onError: (error) => this.d.logger.error({ err: error }, 'endpoint queue maintenance failed'),
       minGapMs: intervalMs,
       sweepMs,
     });
@@ -75,7 +75,7 @@ export class QueueMaintenance {
   async tick(): Promise<number> {
     const requeued = await this.d.jobs.expireLeases();
     if (requeued > 0) {
-      this.d.logger().warn({ jobs: requeued }, 'endpoint jobs whose lease ran out queued again');
+      this.d.logger.warn({ jobs: requeued }, 'endpoint jobs whose lease ran out queued again');
       this.d.requeued();
     }
     for (const id of await this.d.jobs.expireTtl()) this.d.finished(id);
@@ -135,7 +135,7 @@ export class QueueMaintenance {
       },
     });
     if (error !== null)
-      this.d.logger().warn({ job_id: jobId, attempts, err: error, status }, 'endpoint job webhook failed');
+      this.d.logger.warn({ job_id: jobId, attempts, err: error, status }, 'endpoint job webhook failed');
   }
 }
 

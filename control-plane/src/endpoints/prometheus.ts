@@ -22,6 +22,8 @@ export class EndpointMetrics {
   readonly #execution: Gauge<Labels | 'quantile'>;
   readonly #delay: Gauge<Labels | 'quantile'>;
   readonly #coldStart: Gauge<Labels | 'quantile'>;
+  /** The read under way: every gauge's collect joins it, so one scrape reads the database once. */
+  #collecting: Promise<void> | null = null;
 
   constructor(
     registry: Registry,
@@ -30,7 +32,7 @@ export class EndpointMetrics {
   ) {
     const registers = [registry];
     const gauge = <L extends string>(name: string, help: string, labelNames: L[]) =>
-      new Gauge<L>({ name, help, labelNames, registers });
+      new Gauge<L>({ name, help, labelNames, registers, collect: () => this.#collectOnce() });
     this.#jobs = gauge('anvil_endpoint_jobs', 'Jobs of each endpoint by status (IN_QUEUE: queue depth)', [
       'endpoint_id',
       'account_id',
@@ -57,6 +59,14 @@ export class EndpointMetrics {
       `Cold start percentiles (worker placed to ready) of the workers ready in the last ${PERCENTILE_WINDOW_MS / 60_000} minutes`,
       ['endpoint_id', 'account_id', 'quantile'],
     );
+  }
+
+  /** prom-client runs each gauge's collect at a scrape, all at once: they share one read. */
+  #collectOnce(): Promise<void> {
+    this.#collecting ??= this.collect().finally(() => {
+      this.#collecting = null;
+    });
+    return this.#collecting;
   }
 
   async collect(): Promise<void> {

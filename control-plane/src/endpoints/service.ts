@@ -1,5 +1,4 @@
 import { ApiError, newId } from '@anvil/shared';
-import type { Logger } from 'pino';
 import type { AccountServices } from '../accounts/index.ts';
 import type { RolePermission } from '../accounts/roles.ts';
 import type { Actor } from '../auth/access.ts';
@@ -7,8 +6,10 @@ import type { Clock } from '../auth/clock.ts';
 import type { Endpoint, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { requireOwnImage } from '../images/snapshot-images.ts';
+import type { Logger } from '../logger.ts';
 import { TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { TemplateResolver } from '../templates/resolve.ts';
+import type { Signal } from '../util/signal.ts';
 import {
   type ConfigurationInput,
   checkBound,
@@ -59,8 +60,6 @@ function invalid(field: string, reason: string): ApiError {
  * grants and shares decide (scope endpoints: read to look, write to change, execute to run jobs).
  */
 export class EndpointService {
-  #kick: () => void = () => {};
-
   constructor(
     private readonly d: {
       db: Database;
@@ -72,13 +71,11 @@ export class EndpointService {
       /** Rebuilds the capacity index (hosts that joined since): before a create is refused as impossible. */
       syncCapacity: () => Promise<void>;
       publicUrl: string;
-      logger: () => Pick<Logger, 'info'>;
+      logger: Logger;
+      /** Told of each change the supervisor should act on now rather than at its next pass. */
+      changed: Signal;
     },
   ) {}
-
-  onKick(kick: () => void): void {
-    this.#kick = kick;
-  }
 
   async require(actor: Actor, endpointId: string, permission: RolePermission): Promise<Endpoint> {
     const endpoint = await this.d.db.prisma.endpoint.findFirst({
@@ -147,10 +144,11 @@ export class EndpointService {
       await this.d.accounts.resources.remove(accountId, id);
       throw error;
     }
-    this.d
-      .logger()
-      .info({ endpoint_id: id, account_id: accountId, gpu_type: input.gpuType, target }, 'endpoint created');
-    this.#kick();
+    this.d.logger.info(
+      { endpoint_id: id, account_id: accountId, gpu_type: input.gpuType, target },
+      'endpoint created',
+    );
+    this.d.changed.notify();
     return this.view(row);
   }
 
@@ -335,10 +333,11 @@ export class EndpointService {
         },
       });
     }, TX_OPTIONS);
-    this.d
-      .logger()
-      .info({ endpoint_id: endpointId, config_version: updated.configVersion }, 'endpoint updated');
-    this.#kick();
+    this.d.logger.info(
+      { endpoint_id: endpointId, config_version: updated.configVersion },
+      'endpoint updated',
+    );
+    this.d.changed.notify();
     return {
       id: updated.id,
       name: updated.name,
@@ -367,8 +366,8 @@ export class EndpointService {
     const workers = await this.d.db.prisma.endpointWorker.count({
       where: { endpointId, status: { in: ['starting', 'ready', 'draining'] } },
     });
-    this.d.logger().info({ endpoint_id: endpointId, cancelled_jobs: cancelled, workers }, 'endpoint deleted');
-    this.#kick();
+    this.d.logger.info({ endpoint_id: endpointId, cancelled_jobs: cancelled, workers }, 'endpoint deleted');
+    this.d.changed.notify();
     return {
       id: endpointId,
       deleted: true,

@@ -1,9 +1,9 @@
-import type { Logger } from 'pino';
 import { ENDPOINT_FAILED_EVENT, enqueueWebhookEvent } from '../accounts/webhook-outbox.ts';
 import type { Clock } from '../auth/clock.ts';
 import { billingStartOf, openWorkerSession } from '../billing/worker-sessions.ts';
 import type { Endpoint, EndpointWorker, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { PassLoop } from '../util/pass-loop.ts';
 import { decideScale, type ScaleState } from './autoscaler.ts';
 import type { Dispatcher } from './dispatcher.ts';
@@ -69,7 +69,7 @@ export class EndpointSupervisor {
       placer: WorkerPlacer;
       client: WorkerClient;
       dispatcher: Dispatcher;
-      logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
+      logger: Logger;
     },
     options: SupervisorOptions = {},
   ) {
@@ -89,7 +89,7 @@ export class EndpointSupervisor {
       after: () => (this.#noEndpoints ? IDLE_SWEEP_MS : this.#o.intervalMs),
       failedMs: this.#o.intervalMs,
       kickedMs: 50,
-      onError: (error) => this.d.logger().error({ err: error }, 'endpoint supervisor pass failed'),
+      onError: (error) => this.d.logger.error({ err: error }, 'endpoint supervisor pass failed'),
     });
   }
 
@@ -137,7 +137,7 @@ export class EndpointSupervisor {
           try {
             await this.reconcile(endpoint);
           } catch (error) {
-            this.d.logger().error({ err: error, endpoint_id: endpoint.id }, 'endpoint reconcile failed');
+            this.d.logger.error({ err: error, endpoint_id: endpoint.id }, 'endpoint reconcile failed');
           }
         }
       } finally {
@@ -174,12 +174,10 @@ export class EndpointSupervisor {
     await this.d.placer.remove(worker, status, reason);
     this.#suspect.delete(worker.id);
     const level = status === 'stopped' ? 'info' : 'warn';
-    this.d
-      .logger()
-      [level](
-        { endpoint_id: worker.endpointId, worker_id: worker.id, status, reason },
-        'endpoint worker removed',
-      );
+    this.d.logger[level](
+      { endpoint_id: worker.endpointId, worker_id: worker.id, status, reason },
+      'endpoint worker removed',
+    );
     this.d.dispatcher.kick();
   }
 
@@ -274,7 +272,7 @@ export class EndpointSupervisor {
         },
       });
       if (starting) {
-        this.d.logger().info({ endpoint_id: endpoint.id, worker_id: worker.id }, 'endpoint worker ready');
+        this.d.logger.info({ endpoint_id: endpoint.id, worker_id: worker.id }, 'endpoint worker ready');
         this.d.dispatcher.kick();
       }
       return;
@@ -341,7 +339,7 @@ export class EndpointSupervisor {
         data: { targetWorkers: decision.target, scaleState: decision.state as Prisma.InputJsonValue },
       });
       if (decision.target !== endpoint.targetWorkers) {
-        this.d.logger().info(
+        this.d.logger.info(
           {
             endpoint_id: endpoint.id,
             from: endpoint.targetWorkers,
@@ -398,12 +396,10 @@ export class EndpointSupervisor {
         }
         return;
       }
-      this.d
-        .logger()
-        .info(
-          { endpoint_id: endpoint.id, worker_id: outcome.worker.id, host_id: outcome.worker.hostId },
-          'endpoint worker placed',
-        );
+      this.d.logger.info(
+        { endpoint_id: endpoint.id, worker_id: outcome.worker.id, host_id: outcome.worker.hostId },
+        'endpoint worker placed',
+      );
     }
   }
 
@@ -508,9 +504,10 @@ export class EndpointSupervisor {
         }
       });
       if (status !== endpoint.status) {
-        this.d
-          .logger()
-          .info({ endpoint_id: endpoint.id, from: endpoint.status, to: status, reason }, 'endpoint status');
+        this.d.logger.info(
+          { endpoint_id: endpoint.id, from: endpoint.status, to: status, reason },
+          'endpoint status',
+        );
       }
     }
   }

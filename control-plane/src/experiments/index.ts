@@ -1,7 +1,7 @@
-import type { Logger } from 'pino';
 import type { AccessControl } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { loadTrainingJobSummaries } from '../training/summary.ts';
 import type { SummaryLoader } from './runs.ts';
 import { ExperimentService } from './service.ts';

@@ -1,9 +1,9 @@
 import { ApiError, newId } from '@anvil/shared';
-import type { Logger } from 'pino';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Experiment, ExperimentRun, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import type { ParameterValue } from '../training/summary.ts';
 import { listOrderBy } from '../util/list-order.ts';
 import { type Baseline, experimentInsights, experimentStatistics } from './analysis.ts';

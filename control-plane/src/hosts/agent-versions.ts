@@ -6,6 +6,7 @@ import type { AgentArtifactStore } from '../agent-artifacts/store.ts';
 import type { Clock } from '../auth/clock.ts';
 import { AGENT_VERSION_PATTERN } from '../config.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 
 const FLEET_ROW = 'fleet';
 
@@ -43,11 +44,6 @@ export interface UpgradeSender {
   sendCommand(hostId: string, command: CommandBody, timeoutMs?: number): Promise<unknown>;
 }
 
-export interface UpgradeLogger {
-  info(details: Record<string, unknown>, message: string): void;
-  warn(details: Record<string, unknown>, message: string): void;
-}
-
 /**
  * Which agent version each host should run, and getting it there. A host runs its pin when it has one,
  * else the fleet's desired version (the admin setting, else ANVIL_AGENT_VERSION, else the version this
@@ -64,7 +60,7 @@ export class AgentVersionPolicy {
     /** ANVIL_AGENT_VERSION (a version, `manual`, or null). */
     private readonly configured: string | null,
     private readonly sender: UpgradeSender,
-    private readonly logger: () => UpgradeLogger,
+    private readonly logger: Logger,
   ) {}
 
   async fleet(): Promise<FleetAgentVersion> {
@@ -178,7 +174,7 @@ export class AgentVersionPolicy {
         sha256: artifact.sha256,
         sizeBytes: artifact.sizeBytes,
       };
-      this.logger().info(
+      this.logger.info(
         { hostId, from: target.current, to: artifact.version, sha256: artifact.sha256 },
         'agent upgrade sent',
       );
@@ -186,7 +182,7 @@ export class AgentVersionPolicy {
       return { sent: true, from: target.current, to: artifact.version, sha256: artifact.sha256, result };
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
-      this.logger().warn({ hostId, to: target?.desired ?? null, err: reason }, 'agent upgrade failed');
+      this.logger.warn({ hostId, to: target?.desired ?? null, err: reason }, 'agent upgrade failed');
       return { sent: false, reason };
     }
   }

@@ -1,16 +1,16 @@
 import type { AuditLog } from '../accounts/audit.ts';
 import { checkoutAgentVersion } from '../agent-artifacts/build.ts';
 import { AgentArtifactStore } from '../agent-artifacts/store.ts';
-import type { GatewayLogger } from '../agents/connection.ts';
 import { AgentGateway, type AgentGatewayOptions } from '../agents/gateway.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/index.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 import { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import { MetricSeriesReader } from '../telemetry/series.ts';
 import { type TelemetryOptions, TelemetryService } from '../telemetry/telemetry.ts';
 import { type TunnelMeter, TunnelService } from '../tunnels/service.ts';
-import { WorkloadService } from '../workloads/workloads.ts';
+import { type SpecResolver, WorkloadService } from '../workloads/workloads.ts';
 import { AgentVersionPolicy } from './agent-versions.ts';
 import { HostEventLog } from './event-log.ts';
 import { FleetEvents } from './events.ts';
@@ -40,12 +40,15 @@ export interface Fleet {
   artifacts: AgentArtifactStore;
   /** Which agent version each host runs, pins, and upgrades. */
   agentVersions: AgentVersionPolicy;
-  useLogger(logger: GatewayLogger): void;
   start(): Promise<void>;
   stop(): Promise<void>;
 }
 
 export interface FleetOptions {
+  /** Complete each workload spec as its host's desired set is sent (secrets, credentials), in order. */
+  specResolvers?: readonly SpecResolver[];
+  /** The fleet's logger (the gateway, tunnels, telemetry failures, agent upgrades); default silent. */
+  logger?: Logger;
   telemetry?: TelemetryOptions;
   /** Meters the bytes every tunnel carries (data transfer usage). */
   tunnelMeter?: TunnelMeter;
@@ -79,12 +82,19 @@ export function createFleet(
   clock: Clock,
   options: FleetOptions = {},
 ): Fleet {
+  const logger = options.logger ?? silentLogger;
   const events = new FleetEvents();
-  const metrics = new ControlPlaneMetrics({ processMetrics: config.metricsToken !== null });
+  const metrics = new ControlPlaneMetrics({
+    processMetrics: config.metricsToken !== null,
+    sources: { db, clock },
+  });
   const hosts = new HostService(db, clock, events);
-  const workloads = new WorkloadService(db, clock, events);
+  const workloads = new WorkloadService(db, clock, events, options.specResolvers);
   const gpuHealth = new GpuHealthService(db, clock, events, options.audit ?? null);
-  const telemetry = new TelemetryService(db, clock, metrics, options.telemetry);
+  const telemetry = new TelemetryService(db, clock, metrics, {
+    onError: (error, what) => logger.error({ err: error }, `${what} failed`),
+    ...options.telemetry,
+  });
   const agents = new AgentGateway({
     config,
     db,
@@ -95,6 +105,7 @@ export function createFleet(
     telemetry,
     events,
     metrics,
+    logger,
     ...options.gateway,
   });
   const tunnels = new TunnelService({
@@ -102,24 +113,16 @@ export function createFleet(
     workloads,
     hosts,
     dialUrl: config.replicaUrl,
+    logger,
     ...(options.tunnelMeter ? { meter: options.tunnelMeter } : {}),
   });
-  agents.useTunnelEndpoint(tunnels);
-  let logger: GatewayLogger = { debug() {}, info() {}, warn() {}, error() {} };
   const artifacts = new AgentArtifactStore({
     dir: config.agentArtifactsDir,
     bundledVersion: checkoutAgentVersion(),
     runtimesDir: config.agentRuntimesDir,
     log: (details, message) => logger.info(details, message),
   });
-  const agentVersions = new AgentVersionPolicy(
-    db,
-    clock,
-    artifacts,
-    config.agentVersion,
-    agents,
-    () => logger,
-  );
+  const agentVersions = new AgentVersionPolicy(db, clock, artifacts, config.agentVersion, agents, logger);
   // An agent that says hello with another version than its host should run is upgraded right away.
   events.onAgentGreeted(async (hostId) => {
     await agentVersions.reconcile(hostId);
@@ -127,7 +130,6 @@ export function createFleet(
   // GPU health changes go on the host's timeline beside joins, disconnects and cordons.
   const hostEvents = new HostEventLog(db, clock);
   events.onGpuHealthChanged((change) => hostEvents.recordGpuHealth(change));
-  metrics.useSources({ db, clock, connectedAgents: () => agents.connectedCount });
   return {
     events,
     hostEvents,
@@ -142,17 +144,13 @@ export function createFleet(
     metrics,
     artifacts,
     agentVersions,
-    useLogger(next) {
-      logger = next;
-      agents.useLogger(next);
-      tunnels.useLogger(next);
-      telemetry.useErrorHandler((error, what) => next.error({ err: error }, `${what} failed`));
-    },
     async start() {
       telemetry.start();
       await agents.start();
     },
     async stop() {
+      // Tunnel sockets close with the agents' connections.
+      tunnels.closeAll();
       await agents.stop();
       await telemetry.stop();
     },

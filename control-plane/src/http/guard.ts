@@ -25,7 +25,6 @@ export function installRequestGuard(
   ips: AccountIpPolicy,
 ): void {
   requireRouteScopes(app);
-  limits.useLogger(app.log);
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
     const config = request.routeOptions.config;

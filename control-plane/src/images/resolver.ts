@@ -1,5 +1,5 @@
-import type { Logger } from 'pino';
 import type { SettingsService } from '../accounts/settings.ts';
+import type { Logger } from '../logger.ts';
 import type { SpecResolver } from '../workloads/workloads.ts';
 import { type RegistrySetting, registryAuthFor } from './registry-auth.ts';
 import { isSnapshotImage } from './snapshot-images.ts';
@@ -15,7 +15,7 @@ import { isSnapshotImage } from './snapshot-images.ts';
  */
 export function registryAuthResolver(
   settings: Pick<SettingsService, 'effective'>,
-  logger: () => Logger,
+  logger: Logger,
 ): SpecResolver {
   return async (spec, workload) => {
     if (isSnapshotImage(spec.image) || !workload.ownerAccountId) return spec;
@@ -26,7 +26,7 @@ export function registryAuthResolver(
         | undefined;
       if (docker?.enabled) registries = docker.registries ?? [];
     } catch (error) {
-      logger().error(
+      logger.error(
         { workloadId: workload.id, err: (error as Error).message },
         'registry settings could not be read; the image is pulled without credentials',
       );

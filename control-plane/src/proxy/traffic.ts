@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Clock } from '../auth/clock.ts';
 import type { Sql } from '../db/index.ts';
 import { type BatchBuffer, BatchWriter } from '../telemetry/batch-writer.ts';
-import { type BackgroundLogger, silentLogger } from '../util/coalesce.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 import { Intervals } from '../util/intervals.ts';
 
 export interface AccessLogEntry {
@@ -76,7 +76,7 @@ export interface TrafficRecorderOptions {
   maxBufferedEntries?: number;
   /** Port mappings with buffered usage counts, likewise. */
   maxBufferedPorts?: number;
-  logger?: BackgroundLogger;
+  logger?: Logger;
 }
 
 /** Rows per INSERT statement. */
@@ -211,7 +211,7 @@ export class TrafficRecorder {
   private readonly sql: Sql;
   private readonly clock: Clock;
   private readonly purgeIntervalMs: number;
-  private readonly logger: BackgroundLogger;
+  private readonly logger: Logger;
   private readonly intervals = new Intervals();
 
   constructor(options: TrafficRecorderOptions) {

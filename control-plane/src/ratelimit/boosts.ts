@@ -3,7 +3,7 @@ import type { AuditLog } from '../accounts/audit.ts';
 import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
-import { type BackgroundLogger, silentLogger } from '../util/coalesce.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 
 /** A temporary multiplier on an account's rate limits (POST /v2/auth/temporary-boost). */
 export interface Boost {
@@ -71,19 +71,15 @@ export class BoostRegistry {
   private active = new Map<string, Boost>();
   private timer: NodeJS.Timeout | null = null;
   private unlisten: (() => Promise<void>) | null = null;
-  private logger: BackgroundLogger = silentLogger;
 
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
     private readonly access: AccessControl,
     private readonly audit: AuditLog,
+    private readonly logger: Logger = silentLogger,
     private readonly refreshMs = 30_000,
   ) {}
-
-  useLogger(logger: BackgroundLogger): void {
-    this.logger = logger;
-  }
 
   async start(): Promise<void> {
     this.unlisten = await this.db.listen(CHANNEL, () => void this.reloadQuietly());

@@ -1,5 +1,6 @@
 import type { Clock } from '../auth/clock.ts';
-import { type BackgroundLogger, coalesced, silentLogger } from '../util/coalesce.ts';
+import { type Logger, silentLogger } from '../logger.ts';
+import { coalesced } from '../util/coalesce.ts';
 import { type CounterRef, type CounterStore, counterKey } from './counter-store.ts';
 import { priorityReserve, windowStart } from './policy.ts';
 
@@ -51,7 +52,7 @@ export interface LimiterOptions {
   syncIntervalMs?: number;
   staleAfterMs?: number;
   purgeIntervalMs?: number;
-  logger?: BackgroundLogger;
+  logger?: Logger;
 }
 
 /** Admissions a process may make on a counter before the database has confirmed them. */
@@ -87,7 +88,7 @@ export class SharedCounterLimiter {
   private readonly syncIntervalMs: number;
   private readonly staleAfterMs: number;
   private readonly purgeIntervalMs: number;
-  private logger: BackgroundLogger;
+  private readonly logger: Logger;
   private degradedUntil = 0;
   private timers: NodeJS.Timeout[] = [];
   /** Adds every pending delta to the store and refreshes recently used counters; calls share runs. */
@@ -103,10 +104,6 @@ export class SharedCounterLimiter {
     this.purgeIntervalMs = options.purgeIntervalMs ?? 60_000;
     this.logger = options.logger ?? silentLogger;
     this.sync = coalesced(() => this.flush());
-  }
-
-  useLogger(logger: BackgroundLogger): void {
-    this.logger = logger;
   }
 
   async start(): Promise<void> {

@@ -3,7 +3,7 @@ import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { Database } from '../db/index.ts';
-import type { BackgroundLogger } from '../util/coalesce.ts';
+import type { Logger } from '../logger.ts';
 import { type Boost, BoostRegistry, type BoostRequest } from './boosts.ts';
 import { type CounterStore, SqlCounterStore } from './counter-store.ts';
 import { type Admission, type LimitCheck, SharedCounterLimiter } from './limiter.ts';
@@ -81,6 +81,8 @@ export interface RateLimitServiceOptions {
   /** Defaults to the database's rate_limit_counters table. */
   store?: CounterStore;
   syncIntervalMs?: number;
+  /** Where failed background syncs and boost reloads are logged. */
+  logger?: Logger;
 }
 
 /** Seconds until `resetAt`, at least 1: what Retry-After says. */
@@ -106,14 +108,10 @@ export class RateLimitService {
     this.limiter = new SharedCounterLimiter({
       store: options.store ?? new SqlCounterStore(options.db.sql),
       clock: options.clock,
+      ...(options.logger ? { logger: options.logger } : {}),
       ...(options.syncIntervalMs === undefined ? {} : { syncIntervalMs: options.syncIntervalMs }),
     });
-    this.boosts = new BoostRegistry(options.db, options.clock, options.access, options.audit);
-  }
-
-  useLogger(logger: BackgroundLogger): void {
-    this.limiter.useLogger(logger);
-    this.boosts.useLogger(logger);
+    this.boosts = new BoostRegistry(options.db, options.clock, options.access, options.audit, options.logger);
   }
 
   async start(): Promise<void> {

@@ -1,5 +1,5 @@
 import type { WorkloadSpec } from '@anvil/shared/protocol';
-import type { Logger } from 'pino';
+import type { Logger } from '../logger.ts';
 import type { ContainerStateListener, SpecResolver } from '../workloads/workloads.ts';
 import type { StoredPermissions } from './rules.ts';
 import type { SecretService } from './secrets.ts';
@@ -13,7 +13,7 @@ import type { SecretService } from './secrets.ts';
  * A secret that fails to open (a key missing from the configuration) is left out and logged by name,
  * so one bad row cannot keep a host from receiving its desired set.
  */
-export function secretSpecResolver(secrets: SecretService, logger: () => Logger): SpecResolver {
+export function secretSpecResolver(secrets: SecretService, logger: Logger): SpecResolver {
   return async (spec, workload) => {
     if (workload.kind !== 'cluster') return spec;
     const rows = await secrets.injectable(workload.ownerAccountId, workload.id);
@@ -25,7 +25,7 @@ export function secretSpecResolver(secrets: SecretService, logger: () => Logger)
       try {
         value = secrets.openForInjection(row);
       } catch (error) {
-        logger().error(
+        logger.error(
           { clusterId: row.clusterId, secret: row.name, err: (error as Error).message },
           'a cluster secret could not be opened; it is not injected',
         );
@@ -51,7 +51,7 @@ export function secretSpecResolver(secrets: SecretService, logger: () => Logger)
  * `running` (created and started with the secrets, or started again with the files rewritten), every
  * secret injected into it counts one access.
  */
-export function secretInjectionCounter(secrets: SecretService, logger: () => Logger): ContainerStateListener {
+export function secretInjectionCounter(secrets: SecretService, logger: Logger): ContainerStateListener {
   return async ({ workloadId }, change) => {
     if (change.phase !== 'running' || !workloadId.startsWith('cluster_')) return;
     try {
@@ -60,7 +60,7 @@ export function secretInjectionCounter(secrets: SecretService, logger: () => Log
       const rows = await secrets.injectable(cluster.accountId, workloadId);
       await secrets.recordAccess(rows.map((r) => r.id));
     } catch (error) {
-      logger().warn(
+      logger.warn(
         { clusterId: workloadId, err: (error as Error).message },
         'counting secret injections failed',
       );

@@ -1,5 +1,4 @@
 import type { AddressInfo } from 'node:net';
-import type { Logger } from 'pino';
 import type { LiveSessions } from '../access-revocation/live-sessions.ts';
 import type { AccessRevocations } from '../access-revocation/revocations.ts';
 import type { AuditLog } from '../accounts/audit.ts';
@@ -10,6 +9,7 @@ import { ClusterAccess } from '../clusters/access.ts';
 import type { ClusterViewParts } from '../clusters/view-parts.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import type { TunnelOpener } from '../tunnels/types.ts';
 import { SshGate } from './gate.ts';
 import { loadHostKey } from './host-key.ts';
@@ -28,8 +28,8 @@ export interface SshServiceOptions {
   revocations: AccessRevocations;
   /** Where relay connections are counted against the account's limit, and ended on revocation. */
   liveSessions: LiveSessions;
-  /** The fleet's tunnels (contract 4), read on each use: null until the host fleet provides them. */
-  tunnels: () => TunnelOpener | null;
+  /** The fleet's tunnels into containers (contract 4). */
+  tunnels: TunnelOpener;
   logger: Logger;
   /** The account-wide address allowlist (security.api_access.ip_whitelist), checked before a session opens. */
   ipPolicy: AccountIpPolicy;
@@ -41,22 +41,12 @@ export class SshService {
   readonly clusters: ClusterAccess;
   readonly gate: SshGate;
   #relay: SshRelay | null = null;
-  #override: TunnelOpener | null = null;
   #hostKeyFingerprint: string | null = null;
 
   constructor(private readonly options: SshServiceOptions) {
     this.keys = new SshKeyService(options.db, options.clock, options.revocations);
     this.clusters = new ClusterAccess(options.db, options.access);
     this.gate = new SshGate(options.db, this.clusters, this.keys, options.audit, options.ipPolicy);
-  }
-
-  /** Tunnels to use instead of the fleet's (tests with a named test double). */
-  useTunnels(tunnels: TunnelOpener | null): void {
-    this.#override = tunnels;
-  }
-
-  tunnels(): TunnelOpener | null {
-    return this.#override ?? this.options.tunnels();
   }
 
   /** Starts the relay (ANVIL_SSH_PORT; 0 picks a free port), creating the host key on first use. */
@@ -69,7 +59,7 @@ export class SshService {
       gate: this.gate,
       keys: this.keys,
       liveSessions: this.options.liveSessions,
-      tunnels: () => this.tunnels(),
+      tunnels: () => this.options.tunnels,
       logger: this.options.logger.child({ component: 'ssh-relay' }),
     });
     const address = await this.#relay.listen(port, host);

@@ -1,7 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ApiError } from '@anvil/shared';
-import type { Logger } from 'pino';
 import ssh2, {
   type AuthContext,
   type Connection,
@@ -10,6 +9,7 @@ import ssh2, {
   type Session,
 } from 'ssh2';
 import type { LiveSessions } from '../access-revocation/live-sessions.ts';
+import type { Logger } from '../logger.ts';
 import type { ExecSession, TunnelOpener } from '../tunnels/types.ts';
 import { ContainerExec, finished } from './container-exec.ts';
 import { ContainerFs } from './container-fs.ts';

@@ -1,6 +1,6 @@
 import { posix } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
-import type { Logger } from 'pino';
+import type { Logger } from '../logger.ts';
 import type { ExecSession } from '../tunnels/types.ts';
 import { ByteReader } from './byte-reader.ts';
 import {

@@ -1,5 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import type { Logger } from 'pino';
+import type { Logger } from '../logger.ts';
 import {
   type ContainerFs,
   type DirEntry,

@@ -6,11 +6,10 @@ import { type DcgmDevice, DcgmGauges } from './dcgm-gauges.ts';
 /** Samples older than this do not feed the per-GPU gauges: a silent GPU shows no value, not a stale one. */
 const GPU_GAUGE_MAX_AGE_MS = 5 * 60_000;
 
+/** Where the fleet gauges are read from at each scrape. */
 export interface PrometheusSources {
   db: Database;
   clock: Clock;
-  /** Agent sockets held by this process. */
-  connectedAgents: () => number;
 }
 
 /**
@@ -31,9 +30,10 @@ export class ControlPlaneMetrics {
   readonly logLinesDroppedByAgents: Counter;
   readonly telemetryRowsDropped: Counter<'table' | 'reason'>;
   readonly hostsUnreachable: Counter;
+  /** Agent connections held by this process: set by the gateway as its connections change. */
+  readonly agentsConnected: Gauge;
   readonly #hosts: Gauge<'state' | 'cordoned'>;
   readonly #hostsConnected: Gauge;
-  readonly #agentsConnected: Gauge;
   readonly #heartbeatAge: Gauge<'host_id' | 'host'>;
   readonly #gpus: Gauge<'model' | 'simulated'>;
   readonly #gpuUtilisation: Gauge<'host_id' | 'gpu_uuid' | 'gpu_index'>;
@@ -41,11 +41,15 @@ export class ControlPlaneMetrics {
   readonly #gpuMemoryTotal: Gauge<'host_id' | 'gpu_uuid' | 'gpu_index'>;
   readonly #workloads: Gauge<'phase' | 'desired'>;
   readonly #dcgm: DcgmGauges;
-  #sources: PrometheusSources | null = null;
-  /** Other areas' gauges, read at scrape time too (endpoints/prometheus.ts). */
-  readonly #collectors: (() => Promise<void>)[] = [];
+  readonly #sources: PrometheusSources | null;
 
-  constructor(options: { processMetrics?: boolean } = {}) {
+  /**
+   * Without `sources`, the fleet gauges stay empty (tests of the counters). Other areas' gauges register
+   * on `registry` with a collect function of their own, which prom-client runs at each scrape
+   * (endpoints/prometheus.ts).
+   */
+  constructor(options: { processMetrics?: boolean; sources?: PrometheusSources } = {}) {
+    this.#sources = options.sources ?? null;
     const registers = [this.registry];
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'anvil_process_' });
     this.httpRequests = new Counter({
@@ -126,7 +130,7 @@ export class ControlPlaneMetrics {
       help: 'Ready hosts whose agent is connected to some control-plane process',
       registers,
     });
-    this.#agentsConnected = new Gauge({
+    this.agentsConnected = new Gauge({
       name: 'anvil_agents_connected',
       help: 'Agent connections held by this control-plane process',
       registers,
@@ -171,24 +175,13 @@ export class ControlPlaneMetrics {
     });
   }
 
-  /** Where the fleet gauges come from; set once the services exist. */
-  useSources(sources: PrometheusSources): void {
-    this.#sources = sources;
-  }
-
-  /** Adds gauges another area refreshes at each scrape (registered on `registry`). */
-  useCollector(collect: () => Promise<void>): void {
-    this.#collectors.push(collect);
-  }
-
   /** Reads the fleet gauges from the database, then renders the text exposition. */
   async render(): Promise<{ contentType: string; body: string }> {
     if (this.#sources) await this.#refresh(this.#sources);
-    for (const collect of this.#collectors) await collect();
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
   }
 
-  async #refresh({ db, clock, connectedAgents }: PrometheusSources): Promise<void> {
+  async #refresh({ db, clock }: PrometheusSources): Promise<void> {
     const now = clock.now();
     const [hosts, gpus, gpuSamples, workloads, devices, health] = await Promise.all([
       db.sql.query<{
@@ -243,7 +236,6 @@ export class ControlPlaneMetrics {
       }
     }
     this.#hostsConnected.set(connected);
-    this.#agentsConnected.set(connectedAgents());
 
     this.#gpus.reset();
     for (const row of gpus)

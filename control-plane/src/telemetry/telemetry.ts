@@ -257,7 +257,7 @@ export class TelemetryService {
   readonly #logs: BatchWriter<LogRow | LogEndRow>;
   readonly #logEndListeners = new Set<(workloadIds: string[]) => void>();
   readonly #maintenanceIntervalMs: number;
-  #onError: (error: unknown, what: string) => void;
+  readonly #onError: (error: unknown, what: string) => void;
   #rolledUpTo: Date | null = null;
   #timer: NodeJS.Timeout | null = null;
   #maintenance: Promise<void> | null = null;
@@ -293,11 +293,6 @@ export class TelemetryService {
       onDropped: (n, reason) => counters.telemetryRowsDropped.inc({ table: 'log_entries', reason }, n),
       onError: (error) => this.#onError(error, 'write log entries'),
     });
-  }
-
-  /** Be notified of failures (logged by the caller). */
-  useErrorHandler(handler: (error: unknown, what: string) => void): void {
-    this.#onError = handler;
   }
 
   // ---- ingestion

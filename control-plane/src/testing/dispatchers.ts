@@ -4,8 +4,7 @@ import { Dispatcher } from '../endpoints/dispatcher.ts';
 import { JobQueue } from '../endpoints/jobs.ts';
 import { RunpodBridge } from '../endpoints/runpod/bridge.ts';
 import type { WorkerClient } from '../endpoints/worker-client.ts';
-
-const quiet = () => ({ info() {}, warn() {}, error() {} });
+import { silentLogger } from '../logger.ts';
 
 /**
  * Two started dispatchers on one database, as two control-plane replicas would run them, for tests of
@@ -23,7 +22,7 @@ export function startDispatcherPair(db: Database): {
       jobs: new JobQueue(db, systemClock),
       client: {} as WorkerClient,
       runpod: new RunpodBridge(() => {}),
-      logger: quiet,
+      logger: silentLogger,
     });
   const here = make();
   const there = make();

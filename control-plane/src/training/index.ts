@@ -1,16 +1,16 @@
-import type { Logger } from 'pino';
 import type { AccountServices } from '../accounts/index.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { DatasetStorage } from '../datasets/storage.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
+import { type Logger, silentLogger } from '../logger.ts';
+import { Signal } from '../util/signal.ts';
 import type { PreemptionPolicy } from './contract.ts';
-import { trainingSpecResolver } from './dataset-files.ts';
 import { Launcher } from './launcher.ts';
 import { Preemption } from './preemption.ts';
 import { TrainingRecipes } from './recipes.ts';
 import { ReportReader } from './reports.ts';
-import { type TrainingLogger, TrainingService } from './service.ts';
+import { TrainingService } from './service.ts';
 import { TrainingSupervisor, type TrainingSupervisorOptions } from './supervisor.ts';
 import { TuningService } from './tuning/service.ts';
 
@@ -24,7 +24,6 @@ export interface Training {
   supervisor: TrainingSupervisor;
   reports: ReportReader;
   recipes: TrainingRecipes;
-  useLogger(logger: Logger): void;
   start(): void;
   stop(): Promise<void>;
 }
@@ -38,22 +37,25 @@ export function createTraining(deps: {
   supervisor?: TrainingSupervisorOptions;
   /** ANVIL_TRAINING_PREEMPTION (default same-account). */
   preemption?: PreemptionPolicy;
+  logger?: Logger;
 }): Training {
-  let logger: TrainingLogger = { info() {}, warn() {}, error() {} };
+  const logger = deps.logger ?? silentLogger;
+  // The service changes jobs; the supervisor, built after it (it calls the service), acts on the change now.
+  const changed = new Signal();
   const launcher = new Launcher(deps.db, deps.clock, deps.fleet.events);
   const reports = new ReportReader(deps.db, deps.clock);
   const recipes = new TrainingRecipes(deps.db, deps.clock);
-  const service = new TrainingService({ ...deps, launcher, reports, recipes, logger: () => logger });
+  const service = new TrainingService({ ...deps, launcher, reports, recipes, logger, changed });
   const preemption = new Preemption({
     db: deps.db,
     clock: deps.clock,
     audit: deps.accounts.audit,
     policy: deps.preemption ?? 'same-account',
     signal: (job, signal) => service.signal(job, signal),
-    logger: () => logger,
+    logger,
   });
   const supervisor = new TrainingSupervisor(
-    { db: deps.db, clock: deps.clock, service, launcher, reports, preemption, logger: () => logger },
+    { db: deps.db, clock: deps.clock, service, launcher, reports, preemption, logger },
     deps.supervisor,
   );
   const tuning = new TuningService({
@@ -62,10 +64,9 @@ export function createTraining(deps: {
     training: service,
     logger: () => logger,
   });
-  service.onKick(() => supervisor.kick());
+  changed.listen(() => supervisor.kick());
   tuning.onKick(() => supervisor.kick());
   supervisor.afterPass(() => tuning.advanceAll());
-  deps.fleet.workloads.useSpecResolver(trainingSpecResolver(deps.db));
   // A worker's container changing (running, exited, gone) moves its job now rather than at the next pass.
   const unsubscribe = deps.fleet.workloads.onContainerState(async ({ workloadId }) => {
     if (workloadId.startsWith('job_')) supervisor.kick();
@@ -80,9 +81,6 @@ export function createTraining(deps: {
     supervisor,
     reports,
     recipes,
-    useLogger(next) {
-      logger = next;
-    },
     start() {
       supervisor.start();
     },

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TrainingJob } from '../db/generated/client.ts';
+import { silentLogger } from '../logger.ts';
 import { addAccount, type TestMember } from '../testing/accounts.ts';
 import type { TestApp } from '../testing/app.ts';
 import { createTestApp, ManualClock } from '../testing/index.ts';
@@ -107,7 +108,7 @@ describe('training preemption policy', () => {
       signal: async (job, signal) => {
         signals.push(`${job.id} ${signal}`);
       },
-      logger: () => ({ info() {}, warn() {}, error() {} }),
+      logger: silentLogger,
     });
 
   const victim = () => t.context.db.prisma.trainingJob.findUniqueOrThrow({ where: { id: VICTIM } });

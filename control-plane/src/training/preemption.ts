@@ -3,10 +3,10 @@ import { enqueueWebhookEvent } from '../accounts/webhook-outbox.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { TrainingJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import type { PreemptionPolicy } from './contract.ts';
 import { type PlacedWorker, workloadIdOf } from './launcher.ts';
 import { type HostFree, planGang } from './placement.ts';
-import type { TrainingLogger } from './service.ts';
 
 export const PREEMPTED_EVENT = 'training.preempted';
 
@@ -71,7 +71,7 @@ export class Preemption {
       audit: AuditLog;
       policy: PreemptionPolicy;
       signal: (job: TrainingJob, signal: 'SIGTERM') => Promise<void>;
-      logger: () => TrainingLogger;
+      logger: Logger;
     },
   ) {}
 
@@ -167,7 +167,7 @@ export class Preemption {
       return true;
     });
     if (!done) return false;
-    this.d.logger().info({ jobId: victim.id, preemptedBy: by.id }, 'training job preempted');
+    this.d.logger.info({ jobId: victim.id, preemptedBy: by.id }, 'training job preempted');
     await this.d.signal(victim, 'SIGTERM');
     return true;
   }

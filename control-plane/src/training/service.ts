@@ -5,8 +5,10 @@ import type { Clock } from '../auth/clock.ts';
 import { Prisma, type TrainingJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Fleet } from '../hosts/fleet.ts';
+import type { Logger } from '../logger.ts';
 import { syncCapacity } from '../scheduler/capacity.ts';
 import { listOrderBy } from '../util/list-order.ts';
+import type { Signal } from '../util/signal.ts';
 import {
   type CreateJobRequest,
   type FullJobRequest,
@@ -55,11 +57,8 @@ export interface JobOwner {
   userId: string;
 }
 
-export interface TrainingLogger {
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-  error(obj: object, msg: string): void;
-}
+/** @deprecated the control plane's one logger type is `Logger` (logger.ts); kept until tuning/ moves to it. */
+export type TrainingLogger = Logger;
 
 export function jobNotFound(jobId: string): ApiError {
   return new ApiError('TRAINING_JOB_NOT_FOUND', `training job ${jobId} not found`, { jobId });
@@ -82,8 +81,6 @@ function invalidState(job: TrainingJob, required: readonly string[], suggestion:
  * Launcher (gang placement); the supervisor moves jobs along from what the agents report.
  */
 export class TrainingService {
-  #kick: () => void = () => {};
-
   constructor(
     private readonly d: {
       db: Database;
@@ -93,13 +90,11 @@ export class TrainingService {
       launcher: Launcher;
       reports: ReportReader;
       recipes: TrainingRecipes;
-      logger: () => TrainingLogger;
+      logger: Logger;
+      /** Told of each change the supervisor should act on now rather than at its next pass. */
+      changed: Signal;
     },
   ) {}
-
-  onKick(kick: () => void): void {
-    this.#kick = kick;
-  }
 
   private get db() {
     return this.d.db;
@@ -263,7 +258,7 @@ export class TrainingService {
       });
     }
     if (outcome.kind === 'placed') {
-      this.d.logger().info({ jobId, hosts: outcome.workers.map((w) => w.hostId) }, 'training job placed');
+      this.d.logger.info({ jobId, hosts: outcome.workers.map((w) => w.hostId) }, 'training job placed');
     }
     return outcome;
   }
@@ -360,7 +355,7 @@ export class TrainingService {
         },
       });
       if (changed.count > 0) {
-        this.#kick();
+        this.d.changed.notify();
         return;
       }
       return this.stopJob(
@@ -395,7 +390,7 @@ export class TrainingService {
       );
     }
     await this.signal(job, saveCheckpoint ? 'SIGTERM' : 'SIGKILL');
-    this.#kick();
+    this.d.changed.notify();
   }
 
   /** Signals every worker's container through its agent; an unreachable agent is left to the supervisor's deadline. */
@@ -410,12 +405,10 @@ export class TrainingService {
             15_000,
           );
         } catch (error) {
-          this.d
-            .logger()
-            .warn(
-              { jobId: job.id, workloadId: w.workloadId, err: (error as Error).message },
-              'training worker could not be signalled',
-            );
+          this.d.logger.warn(
+            { jobId: job.id, workloadId: w.workloadId, err: (error as Error).message },
+            'training worker could not be signalled',
+          );
         }
       }),
     );
@@ -487,7 +480,7 @@ export class TrainingService {
         },
       });
     }
-    this.#kick();
+    this.d.changed.notify();
     return this.view(await this.find(job.accountId, job.id));
   }
 }

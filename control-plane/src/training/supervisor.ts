@@ -2,13 +2,14 @@ import type { WorkloadStatus } from '@anvil/shared/protocol';
 import type { Clock } from '../auth/clock.ts';
 import type { TrainingJob, Workload } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { PassLoop } from '../util/pass-loop.ts';
 import { closeJobSession } from './billing.ts';
 import { STOP_GRACE_SECONDS } from './contract.ts';
 import type { Launcher, PlacedWorker } from './launcher.ts';
 import { type Preemption, preemptedBy } from './preemption.ts';
 import type { ReportReader } from './reports.ts';
-import type { TrainingLogger, TrainingService } from './service.ts';
+import type { TrainingService } from './service.ts';
 
 /** What one worker's container is doing, as far as the control plane knows. */
 export type WorkerState =
@@ -144,7 +145,7 @@ export class TrainingSupervisor {
       launcher: Launcher;
       reports: ReportReader;
       preemption: Preemption;
-      logger: () => TrainingLogger;
+      logger: Logger;
     },
     options: TrainingSupervisorOptions = {},
   ) {
@@ -157,7 +158,7 @@ export class TrainingSupervisor {
       // kick (a job or tuning job created or changed, a worker container's state) or the safety sweep.
       after: (busy) => (busy ? this.#busyMs : this.#quiet ? QUIET_SWEEP_MS : this.#idleMs),
       failedMs: this.#idleMs,
-      onError: (error) => this.d.logger().error({ err: error }, 'training supervisor pass failed'),
+      onError: (error) => this.d.logger.error({ err: error }, 'training supervisor pass failed'),
     });
   }
 
@@ -200,9 +201,10 @@ export class TrainingSupervisor {
       await this.d.reports
         .drain(job.id)
         .catch((error: unknown) =>
-          this.d
-            .logger()
-            .warn({ jobId: job.id, err: (error as Error).message }, 'trainer reports could not be read'),
+          this.d.logger.warn(
+            { jobId: job.id, err: (error as Error).message },
+            'trainer reports could not be read',
+          ),
         );
       await this.advance(job, now);
     }
@@ -246,7 +248,7 @@ export class TrainingSupervisor {
           },
         });
         if (changed.count > 0)
-          this.d.logger().info({ jobId: job.id }, 'training job running: billing session opened');
+          this.d.logger.info({ jobId: job.id }, 'training job running: billing session opened');
         return;
       }
       case 'completed':
@@ -300,12 +302,10 @@ export class TrainingSupervisor {
       const exited = finishedAtOf(rows, workers) ?? new Date((job.stopRequest as { at: string }).at);
       const waited = now.getTime() - exited.getTime();
       if (waited < FINAL_REPORTS_WAIT_MS) return false;
-      this.d
-        .logger()
-        .warn(
-          { jobId: job.id, containerId, waitedMs: waited },
-          "rank 0's agent did not confirm its final log lines: requeued with the reports read so far",
-        );
+      this.d.logger.warn(
+        { jobId: job.id, containerId, waitedMs: waited },
+        "rank 0's agent did not confirm its final log lines: requeued with the reports read so far",
+      );
     }
     await this.d.reports.drain(job.id);
     return true;
@@ -344,7 +344,7 @@ export class TrainingSupervisor {
       return true;
     });
     if (!ended) return;
-    this.d.logger().info({ jobId: job.id, status, reason }, 'training job ended');
+    this.d.logger.info({ jobId: job.id, status, reason }, 'training job ended');
     await this.d.launcher.release(workers);
   }
 
@@ -379,9 +379,10 @@ export class TrainingSupervisor {
       return true;
     });
     if (!queued) return;
-    this.d
-      .logger()
-      .info({ jobId: job.id, checkpoint: checkpoint?.id ?? null }, 'preempted training job queued again');
+    this.d.logger.info(
+      { jobId: job.id, checkpoint: checkpoint?.id ?? null },
+      'preempted training job queued again',
+    );
     await this.d.launcher.release(workers);
   }
 
@@ -413,7 +414,7 @@ export class TrainingSupervisor {
         gpus: [],
         staleContainerId: null,
       }));
-      this.d.logger().warn({ jobId: row.id }, 'releasing the workers of a finished training job');
+      this.d.logger.warn({ jobId: row.id }, 'releasing the workers of a finished training job');
       await this.d.launcher.release(workers);
     }
     return rows.length;

@@ -13,8 +13,8 @@ import {
 import type { TSchema } from '@sinclair/typebox';
 import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
 import { WebSocketServer } from 'ws';
-import type { GatewayLogger } from '../agents/connection.ts';
 import type { HostService } from '../hosts/hosts.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 import type { WorkloadService } from '../workloads/workloads.ts';
 import { discardTunnelSocket, type PendingTunnel, PendingTunnels, type TunnelSocket } from './pending.ts';
 import { tunnelExec, tunnelStream } from './sessions.ts';
@@ -41,9 +41,9 @@ export interface TunnelServiceOptions {
   openTimeoutMs?: number;
   /** This replica's own address for agents (ANVIL_REPLICA_URL), sent in open_tunnel; null: none. */
   dialUrl?: string | null;
+  logger?: Logger;
 }
 
-const silent: GatewayLogger = { debug() {}, info() {}, warn() {}, error() {} };
 // One checker per kind, so an error names the field rather than "expected union value".
 const checkers = new Map<string, TypeCheck<TSchema>>(
   TunnelTargetSchema.anyOf.map((variant: TSchema) => [
@@ -91,15 +91,12 @@ export class TunnelService implements TunnelOpener {
   });
   /** Raw stream tunnels handed out and not yet closed (WebSocket ones are the server's clients). */
   readonly #raw = new Set<Socket>();
-  #logger: GatewayLogger = silent;
+  readonly #logger: Logger;
   #closing = false;
 
   constructor(options: TunnelServiceOptions) {
     this.#o = options;
-  }
-
-  useLogger(logger: GatewayLogger): void {
-    this.#logger = logger;
+    this.#logger = options.logger ?? silentLogger;
   }
 
   get openCount(): number {

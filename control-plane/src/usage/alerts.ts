@@ -1,11 +1,11 @@
 import { ApiError, newId } from '@anvil/shared';
-import type { Logger } from 'pino';
 import type { Notifier } from '../accounts/notifications.ts';
 import type { SettingsService } from '../accounts/settings.ts';
 import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Prisma, UsageAlert } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { startOf } from './periods.ts';
 import type { UsageRecords } from './records.ts';
 import { round, totalsOf, type UsageReports } from './reports.ts';
@@ -76,7 +76,7 @@ export class UsageAlerts {
       records: UsageRecords;
       reports: UsageReports;
       intervalSeconds: number;
-      logger: () => Logger;
+      logger: Logger;
     },
   ) {}
 
@@ -84,7 +84,7 @@ export class UsageAlerts {
     if (this.deps.intervalSeconds <= 0 || this.timer) return;
     this.timer = setInterval(() => {
       void this.evaluateAll().catch((error: unknown) =>
-        this.deps.logger().warn({ err: error }, 'usage alert evaluation failed'),
+        this.deps.logger.warn({ err: error }, 'usage alert evaluation failed'),
       );
     }, this.deps.intervalSeconds * 1000);
     this.timer.unref();
@@ -203,7 +203,7 @@ export class UsageAlerts {
       );
       for (const { account_id } of rows) {
         await this.evaluateAccount(account_id).catch((error: unknown) =>
-          this.deps.logger().warn({ err: error, accountId: account_id }, 'usage alert evaluation failed'),
+          this.deps.logger.warn({ err: error, accountId: account_id }, 'usage alert evaluation failed'),
         );
       }
     })().finally(() => {
@@ -333,7 +333,7 @@ export class UsageAlerts {
         results.push({ channel, status: 'sent', at, ...(deliveryId ? { deliveryId } : {}) });
       } catch (error) {
         results.push({ channel, status: 'failed', at, error: (error as Error).message });
-        this.deps.logger().warn({ err: error, accountId, channel }, 'usage alert notification failed');
+        this.deps.logger.warn({ err: error, accountId, channel }, 'usage alert notification failed');
       }
     };
     if (channels.webhook) {

@@ -2,7 +2,7 @@ import type { Clock } from '../auth/clock.ts';
 import { batchRowsFor, betweenStatements } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
 import { type BatchBuffer, BatchWriter } from '../telemetry/batch-writer.ts';
-import { type BackgroundLogger, silentLogger } from '../util/coalesce.ts';
+import { type Logger, silentLogger } from '../logger.ts';
 import { Intervals } from '../util/intervals.ts';
 
 /** One authenticated API request, as /v2/analytics/api-usage counts it. */
@@ -87,7 +87,7 @@ export interface RequestLogOptions {
   /** Rows older than this are deleted (the longest analytics period, 90 days, plus a day). */
   retentionMs?: number;
   purgeIntervalMs?: number;
-  logger?: BackgroundLogger;
+  logger?: Logger;
 }
 
 const MINUTE_MS = 60_000;
@@ -179,7 +179,7 @@ export class RequestLog {
   private readonly clock: Clock;
   private readonly retentionMs: number;
   private readonly purgeIntervalMs: number;
-  private readonly logger: BackgroundLogger;
+  private readonly logger: Logger;
   private readonly intervals = new Intervals();
 
   constructor(options: RequestLogOptions) {

@@ -1,7 +1,7 @@
-import type { Logger } from 'pino';
 import type { AccountServices } from '../accounts/index.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 import { UsageAlerts } from './alerts.ts';
 import { GpuHistory } from './gpu-history.ts';
 import { UsageRecords } from './records.ts';
@@ -21,7 +21,7 @@ export function createUsageServices(deps: {
   clock: Clock;
   accounts: AccountServices;
   intervalSeconds: number;
-  logger: () => Logger;
+  logger: Logger;
 }): UsageServices {
   const records = new UsageRecords(deps.db);
   const reports = new UsageReports({

@@ -1,8 +1,8 @@
 import type { Socket } from 'node:net';
 import { newId } from '@anvil/shared';
-import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import type { Logger } from '../logger.ts';
 
 /** What a workload's spec labels say it belongs to (clusters/service.ts, endpoints/workers.ts, training). */
 const RESOURCE_LABELS = [

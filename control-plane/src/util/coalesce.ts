@@ -28,9 +28,6 @@ export function coalesced(task: () => Promise<void>): () => Promise<void> {
   };
 }
 
-/** The little a background task needs of a logger (pino's satisfies it). */
-export interface BackgroundLogger {
-  warn(details: Record<string, unknown>, message: string): void;
-}
-
-export const silentLogger: BackgroundLogger = { warn: () => {} };
+/** @deprecated the control plane's one logger type is `Logger` (logger.ts); kept until proxy/traffic.ts moves. */
+export type { Logger as BackgroundLogger } from '../logger.ts';
+export { silentLogger } from '../logger.ts';

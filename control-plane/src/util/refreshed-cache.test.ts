@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { silentLogger } from '../logger.ts';
 import { RefreshedCache } from './refreshed-cache.ts';
 
 /** A cache over a map standing for the database, on a clock the test moves; the timer never fires here. */
@@ -21,7 +22,7 @@ function setup() {
     refreshEveryMs: 3_600_000,
     maxAgeMs: 5_000,
     now: () => now,
-    logger: { warn: (_details, message) => warnings.push(message) },
+    logger: { ...silentLogger, warn: (_details, message) => warnings.push(message) },
   });
   const load = (key: string) => cache.set(key, rows.get(key)!, now, cache.currentGeneration);
   return {

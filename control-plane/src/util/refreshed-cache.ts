@@ -1,4 +1,4 @@
-import type { BackgroundLogger } from './coalesce.ts';
+import type { Logger } from '../logger.ts';
 
 export interface RefreshedCacheOptions<V> {
   /**
@@ -16,7 +16,7 @@ export interface RefreshedCacheOptions<V> {
   batchSize?: number;
   /** Entries kept at most; beyond, the oldest is dropped. */
   maxEntries?: number;
-  logger?: BackgroundLogger;
+  logger?: Logger;
   /** Names the cache in the warning logged when a refresh fails. */
   name: string;
 }

@@ -69,7 +69,7 @@ let specChecker: TypeCheck<typeof WorkloadSpec> | null = null;
 /** The spec as stored and sent for workload `id`, or 400 VALIDATION_ERROR naming the field that is wrong. */
 export function validSpec(id: string, input: WorkloadSpecInput): WorkloadSpecValue {
   specChecker ??= TypeCompiler.Compile(WorkloadSpec);
-  // Secret env and files are filled in as the desired set is sent (useSpecResolver), never stored.
+  // Secret env and files are filled in as the desired set is sent (the spec resolvers), never stored.
   const { secretEnv: _env, files: _files, ...spec } = input;
   const full = { ...spec, workloadId: id };
   if (!specChecker.Check(full)) {
@@ -141,13 +141,14 @@ const PULL_PROGRESS_MIN_INTERVAL_MS = 1000;
  */
 export class WorkloadService {
   readonly #pullWrittenAt = new Map<string, number>();
-  readonly #resolvers: SpecResolver[] = [];
   readonly #stateListeners = new Set<ContainerStateListener>();
 
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
     private readonly events: FleetEvents,
+    /** What desiredSet() runs every spec through, in this order (secrets, registry credentials...). */
+    private readonly resolvers: readonly SpecResolver[] = [],
   ) {}
 
   /**
@@ -251,11 +252,6 @@ export class WorkloadService {
     );
   }
 
-  /** Adds a resolver that desiredSet() runs every spec through, in the order they were added. */
-  useSpecResolver(resolver: SpecResolver): void {
-    this.#resolvers.push(resolver);
-  }
-
   /** Listens to container state changes (the secrets area counts injections); returns the unsubscribe. */
   onContainerState(listener: ContainerStateListener): () => void {
     this.#stateListeners.add(listener);
@@ -299,7 +295,7 @@ export class WorkloadService {
 
   async #resolve(spec: WorkloadSpecValue, workload: ResolvableWorkload): Promise<WorkloadSpecValue> {
     let resolved = spec;
-    for (const resolver of this.#resolvers) resolved = await resolver(resolved, workload);
+    for (const resolver of this.resolvers) resolved = await resolver(resolved, workload);
     return resolved;
   }
 

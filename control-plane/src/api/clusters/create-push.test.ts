@@ -10,8 +10,9 @@ vi.setConfig({ testTimeout: 240_000 });
 /**
  * POST /v1/clusters commits the cluster with its placement and workload in one transaction and answers
  * without waiting for the host's agent to be told (ClusterService.create): the desired set goes out after
- * the commit, on its own. A hand-driven agent over the real WebSocket; its push is held up in the spec
- * resolver the desired set passes through, as a stalled connection would hold it.
+ * the commit, on its own. A hand-driven agent over the real WebSocket; its push is held up in the secrets
+ * spec resolver the desired set passes through (its read of the cluster's secrets), as a stalled
+ * connection would hold it.
  */
 describe('cluster create and the push to the agent', () => {
   let t: TestApp;
@@ -43,10 +44,12 @@ describe('cluster create and the push to the agent', () => {
       release = resolve;
     });
     let pushes = 0;
-    t.context.fleet.workloads.useSpecResolver(async (spec) => {
+    const secrets = t.context.secrets;
+    const injectable = secrets.injectable.bind(secrets);
+    vi.spyOn(secrets, 'injectable').mockImplementation(async (accountId, workloadId) => {
       pushes++;
       await stalled;
-      return spec;
+      return injectable(accountId, workloadId);
     });
 
     const created = await call(t, {

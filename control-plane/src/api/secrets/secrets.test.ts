@@ -332,7 +332,7 @@ describe('cluster secrets API', () => {
       environment_variable: 'OLD_ONE',
       expiration_date: '2026-11-01T00:00:00Z',
     });
-    const resolve = secretSpecResolver(t.context.secrets, testLogger);
+    const resolve = secretSpecResolver(t.context.secrets, testLogger());
     const spec = { workloadId: cluster, image: 'x', env: { A: 'b' } } as unknown as WorkloadSpec;
     const workload = { id: cluster, kind: 'cluster' as const, ownerAccountId: t.accountId, hostId: 'host_x' };
     const resolved = await resolve(spec, workload);

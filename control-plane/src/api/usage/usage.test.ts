@@ -697,7 +697,7 @@ describe('usage reports and alerts API', () => {
       clock: t.context.clock,
       accounts: t.context.accounts,
       intervalSeconds: 1,
-      logger: testLogger,
+      logger: testLogger(),
     });
     const rule = await call(t, {
       method: 'POST',

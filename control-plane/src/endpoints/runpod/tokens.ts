@@ -1,4 +1,6 @@
 import type { SecretBox } from '../../crypto/secret-box.ts';
+import type { SpecResolver } from '../../workloads/workloads.ts';
+import { RUNPOD_TOKEN_ENV } from './environment.ts';
 
 const PREFIX = 'anw_';
 
@@ -21,4 +23,12 @@ export class WorkerTokens {
     if (!bare.startsWith(PREFIX) || bare.length > 128) return false;
     return this.box().verifyMac(`endpoint-worker-token:${workerId}`, bare.slice(PREFIX.length));
   }
+}
+
+/** A RunPod-protocol worker's token reaches its container as the spec is sent (never stored). */
+export function workerTokenResolver(tokens: WorkerTokens): SpecResolver {
+  return async (spec, workload) =>
+    workload.kind === 'endpoint_worker' && spec.workerApi
+      ? { ...spec, secretEnv: { ...spec.secretEnv, [RUNPOD_TOKEN_ENV]: tokens.issue(workload.id) } }
+      : spec;
 }

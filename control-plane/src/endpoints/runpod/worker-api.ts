@@ -3,11 +3,11 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ERROR_STATUS, type ErrorCode } from '@anvil/shared';
 import { TUNNEL_UPGRADE, WORKER_API_HEADERS } from '@anvil/shared/protocol';
-import type { Logger } from 'pino';
 import type { Clock } from '../../auth/clock.ts';
 import type { EndpointJob, EndpointWorker } from '../../db/generated/client.ts';
 import type { Database } from '../../db/index.ts';
 import type { HostService } from '../../hosts/hosts.ts';
+import type { Logger } from '../../logger.ts';
 import { outcomeOf } from '../dispatcher.ts';
 import type { JobQueue } from '../jobs.ts';
 import { MAX_ANSWER_BYTES, type RunAnswer } from '../worker-client.ts';
@@ -46,7 +46,7 @@ export interface RunpodWorkerApiDeps {
   workerReady: () => void;
   /** A job finished through this API on a replica that did not dispatch it (its waiters are told). */
   finished: (jobId: string, row: EndpointJob) => void;
-  logger: () => Pick<Logger, 'info' | 'warn' | 'error'>;
+  logger: Logger;
   holdMs?: number;
 }
 
@@ -104,7 +104,7 @@ export class RunpodWorkerApi {
         this.#server.emit('connection', raw);
       },
       (error: unknown) => {
-        this.d.logger().error({ err: error }, 'checking a worker API relay failed');
+        this.d.logger.error({ err: error }, 'checking a worker API relay failed');
         refuse(socket, 500, 'internal error');
       },
     );
@@ -179,7 +179,7 @@ export class RunpodWorkerApi {
           details: {},
         });
       }
-      this.d.logger().error({ err: error }, 'worker API request failed');
+      this.d.logger.error({ err: error }, 'worker API request failed');
       send(response, 500, { error: 'INTERNAL_ERROR', message: 'internal error', code: 500, details: {} });
     }
   }
@@ -217,9 +217,7 @@ export class RunpodWorkerApi {
       });
       this.#written.set(worker.id, now.getTime());
       if (changed.count === 1) {
-        this.d
-          .logger()
-          .info({ endpoint_id: worker.endpointId, worker_id: worker.id }, 'endpoint worker ready');
+        this.d.logger.info({ endpoint_id: worker.endpointId, worker_id: worker.id }, 'endpoint worker ready');
         this.d.workerReady();
       }
       return;
