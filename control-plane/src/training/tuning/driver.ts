@@ -50,8 +50,8 @@ export class TuningDriver {
 
   /**
    * Stops the tuning job's running trials (all, or those numbered in onlyNumbers). A trial whose stop fails
-   * is logged and left for the next step, which stops it again: each caller (a stop request, the budget,
-   * early stopping) asks again at every step for as long as the reason holds.
+   * is logged and left for the next step, which stops it again: both callers (a stop request, the budget)
+   * ask at every step for as long as their reason holds (early stopping, too, finds its trial again).
    */
   private async stopTrials(tuneId: string, reason: string, onlyNumbers?: Set<number>): Promise<void> {
     const active = await this.db.prisma.trainingJob.findMany({ where: { tuneId, status: { in: ACTIVE } } });
@@ -59,7 +59,7 @@ export class TuningDriver {
       if (onlyNumbers && !onlyNumbers.has(job.trialNumber ?? -1)) continue;
       if (job.status === 'stopping') continue;
       await this.d.training.stopJob(job, false, reason).catch((error: unknown) => {
-        // Not thrown: the other trials are still stopped; this one keeps running (and billing) until a later step stops it.
+        // Not thrown: the other trials are still stopped; this one runs (and bills) until a later step.
         this.d
           .logger()
           .error(
