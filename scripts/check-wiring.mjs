@@ -23,11 +23,6 @@ const KNOWN = new Set([
   'control-plane/src/proxy/relay.ts#onConnect',
   // The agent's message channel: a socket's message handler, taken once the handshake is done.
   'agent/src/connection/channel.ts#onMessage',
-  // Issue 23, point 2 (the proxy knot): the proxy's tunnels and traffic logger at construction.
-  'control-plane/src/proxy/service.ts#useTunnels',
-  'control-plane/src/proxy/traffic.ts#useLogger',
-  // Issue 23, point 7: tuning's API and driver are split, and its kick goes with it.
-  'control-plane/src/training/tuning/service.ts#onKick',
 ]);
 
 // A method (of a class or an object literal) with its body: modifiers, name, parameters (one level of

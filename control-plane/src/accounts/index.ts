@@ -23,6 +23,7 @@ import { ProfileService } from './profile.ts';
 import { ResourceDirectory } from './resources.ts';
 import { SettingsService } from './settings.ts';
 import { AccountIpPolicy } from './settings-ip-policy.ts';
+import { SettingsTransfer } from './settings-transfer.ts';
 import { ShareService } from './shares.ts';
 import { TeamService } from './team.ts';
 import { WebhookOutbox } from './webhook-outbox.ts';
@@ -41,6 +42,8 @@ export interface AccountServices {
   settings: SettingsService;
   /** Test deliveries to the notification channels of the settings. */
   notificationTests: NotificationTests;
+  /** Export and import of the settings document. */
+  settingsTransfer: SettingsTransfer;
   /** security.api_access.ip_whitelist as the API guard, proxy, SSH relay and terminal enforce it. */
   ipPolicy: AccountIpPolicy;
   /** The role limitation maxComputeHours: GPU-hours used this month and the check before new placement. */
@@ -98,6 +101,7 @@ export function createAccountServices(deps: {
     twoFactor: enrolments,
   });
   const notificationTests = new NotificationTests({ db, clock, notifier, settings });
+  const settingsTransfer = new SettingsTransfer({ clock, access, settings });
   const twoFactor = {
     enrolments,
     gate: new TwoFactorGate({
@@ -121,6 +125,7 @@ export function createAccountServices(deps: {
     outbox,
     settings,
     notificationTests,
+    settingsTransfer,
     ipPolicy,
     twoFactor,
     computeHours: new ComputeHoursLimit({ records: new UsageRecords(db), clock, access }),

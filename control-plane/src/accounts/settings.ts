@@ -212,7 +212,8 @@ export class SettingsService {
     >;
   }
 
-  private masked(section: Json, sectionName: SectionName): Json {
+  /** A section as read: its secrets masked. */
+  masked(section: Json, sectionName: SectionName): Json {
     const wrapped = mapSecrets({ [sectionName]: section }, (value) =>
       Array.isArray(value) ? value.map(() => MASK) : MASK,
     );
@@ -221,13 +222,15 @@ export class SettingsService {
 
   // ---- access ----
 
-  private readable(member: MemberAccess, actor: Actor, section: SectionName): boolean {
+  /** Whether the caller may read `section` (its role, and the API key's scope for billing). */
+  readable(member: MemberAccess, actor: Actor, section: SectionName): boolean {
     const rule = SECTION_ACCESS[section];
     if (rule.keyScope && !actor.principal.scopes.includes(rule.keyScope)) return false;
     return holds(member, 'read', rule.scope) !== null;
   }
 
-  private async requireRead(actor: Actor, section: SectionName): Promise<MemberAccess> {
+  /** The caller, when it may read `section`. */
+  async requireRead(actor: Actor, section: SectionName): Promise<MemberAccess> {
     const rule = SECTION_ACCESS[section];
     return this.deps.access.require(actor, {
       permission: 'read',
@@ -564,8 +567,11 @@ export class SettingsService {
     };
   }
 
-  /** Validates every section first (schema, then domain), then writes them all at once. */
-  private async applyMany(
+  /**
+   * Validates every section first (schema, then domain), then writes them all at once (the short form's
+   * update and an import, settings-transfer.ts).
+   */
+  async applyMany(
     actor: Actor,
     patches: Partial<Record<SectionName, Json>>,
     strategy: MergeStrategy,
@@ -659,112 +665,6 @@ export class SettingsService {
       actor: { userId: member.userId, ip: actor.ip },
       details: { fields },
     });
-  }
-
-  // ---- notifications test ----
-
-  // ---- export and import ----
-
-  async export(
-    actor: Actor,
-    options: { format: 'json' | 'yaml'; includeSecrets: boolean; sections?: string[] | undefined },
-  ) {
-    const member = await this.deps.access.caller(actor);
-    let names: SectionName[];
-    if (options.sections && options.sections.length > 0) {
-      const unknown = options.sections.filter((s) => !(SECTION_NAMES as string[]).includes(s));
-      if (unknown.length > 0) {
-        throw validationError(
-          'sections',
-          `unknown section ${unknown.join(', ')}; sections: ${SECTION_NAMES.join(', ')}`,
-        );
-      }
-      names = [...new Set(options.sections)] as SectionName[];
-      for (const name of names) await this.requireRead(actor, name);
-    } else {
-      names = SECTION_NAMES.filter((name) => this.readable(member, actor, name));
-    }
-    if (options.includeSecrets) {
-      await this.deps.access.require(actor, {
-        permission: 'manage_security',
-        scope: 'security',
-        action: 'export_secrets_attempt',
-      });
-    }
-    const all = await this.effective(member.accountId);
-    const settings: Json = {};
-    for (const name of names)
-      settings[name] = options.includeSecrets ? all[name] : this.masked(all[name], name);
-    return {
-      export: {
-        timestamp: this.deps.clock.now().toISOString(),
-        format: options.format,
-        include_secrets: options.includeSecrets,
-        settings,
-        metadata: {
-          version: SETTINGS_FORMAT_VERSION,
-          account_id: member.accountId,
-          exported_by: member.userId,
-        },
-      },
-    };
-  }
-
-  /**
-   * Imports sections (from an export or by hand). `merge` changes the fields given; `overwrite`
-   * replaces each given section (unset fields return to their defaults). Everything is validated before
-   * anything is written; with validate_only nothing is written. Masked secrets keep the stored values.
-   */
-  async import(
-    actor: Actor,
-    input: {
-      settings: Json;
-      merge_strategy?: string | undefined;
-      validate_only?: boolean | undefined;
-      version?: string | undefined;
-      confirm_lockout?: boolean | undefined;
-    },
-  ) {
-    const strategy = (input.merge_strategy ?? 'merge') as MergeStrategy;
-    if (!(MERGE_STRATEGIES as readonly string[]).includes(strategy)) {
-      throw validationError('merge_strategy', `must be one of ${MERGE_STRATEGIES.join(', ')}`);
-    }
-    if (input.version !== undefined && input.version !== SETTINGS_FORMAT_VERSION) {
-      throw validationError('metadata.version', `must be ${SETTINGS_FORMAT_VERSION}`);
-    }
-    const unknown = Object.keys(input.settings).filter((key) => !(SECTION_NAMES as string[]).includes(key));
-    if (unknown.length > 0) {
-      throw validationError(
-        `settings.${unknown[0]}`,
-        `is not a settings section (${SECTION_NAMES.join(', ')})`,
-      );
-    }
-    const patches: Partial<Record<SectionName, Json>> = {};
-    for (const [key, value] of Object.entries(input.settings)) {
-      if (!isObject(value)) throw validationError(`settings.${key}`, 'must be an object');
-      patches[key as SectionName] = value;
-    }
-    if (Object.keys(patches).length === 0) throw validationError('settings', 'names no section to import');
-    const validateOnly = input.validate_only ?? false;
-    const result = await this.applyMany(
-      actor,
-      patches,
-      strategy,
-      { validateOnly, confirmLockout: input.confirm_lockout },
-      'settings.',
-    );
-    return {
-      valid: true,
-      validate_only: validateOnly,
-      merge_strategy: strategy,
-      applied: !validateOnly,
-      sections: result.sections,
-      changes: result.changes,
-      updatedAt: result.updatedAt,
-      message: validateOnly
-        ? `valid: ${result.sections.length} section(s) would change as listed`
-        : `imported ${result.sections.length} section(s)`,
-    };
   }
 
   /** What a create that omits them uses: preferences.default_region and default_gpu_type (null: unset). */

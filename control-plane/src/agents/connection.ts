@@ -23,6 +23,7 @@ import type { Logger } from '../logger.ts';
 import type { ControlPlaneMetrics } from '../telemetry/prometheus.ts';
 import type { TelemetryService } from '../telemetry/telemetry.ts';
 import type { WorkloadService } from '../workloads/workloads.ts';
+import { type HandshakeDeps, hello, logWelcomed, type Refusal, register, welcome } from './handshake.ts';
 import { PlacedWorkloads } from './placed-workloads.ts';
 
 export interface GatewaySettings {
@@ -78,9 +79,9 @@ type State = 'handshake' | 'ready' | 'closing' | 'closed';
 
 /**
  * One agent WebSocket. Before hello it accepts only register (join token -> credential) and hello
- * (credential -> welcome); after, the agent's events. Messages are handled one at a time in arrival
- * order (a state report is never overtaken by an older one); heartbeats and replies skip the queue so
- * a slow database never delays an ack. Every refusal is sent as a `refusal` message with the full
+ * (credential -> welcome), whose checks are handshake.ts's; after, the agent's events. Messages are
+ * handled one at a time in arrival order (a state report is never overtaken by an older one); heartbeats
+ * and replies skip the queue so a slow database never delays an ack. Every refusal is sent as a `refusal` message with the full
  * reason before the close, whose code says whether redialling can help.
  */
 export class AgentConnection {
@@ -468,6 +469,22 @@ export class AgentConnection {
     return own;
   }
 
+  /** The handshake's view of this connection (handshake.ts). */
+  #handshake(): HandshakeDeps {
+    return {
+      hosts: this.ctx.hosts,
+      replicaId: this.ctx.replicaId,
+      connectionId: this.id,
+      log: () => this.#log(),
+      details: (extra) => this.#details(extra),
+      claim: (hostId) => this.ctx.claim(this, hostId),
+    };
+  }
+
+  #refuseWith(refusal: Refusal, answering: string): void {
+    this.refuse(refusal.code, refusal.reason, refusal.retryable, refusal.closeCode, answering);
+  }
+
   async #register(message: MessageOf<'register'>): Promise<void> {
     if (this.#state !== 'handshake' || this.#registered) {
       this.#log().warn(
@@ -476,49 +493,14 @@ export class AgentConnection {
       );
       return;
     }
-    let result: Awaited<ReturnType<HostService['register']>>;
-    try {
-      result = await this.ctx.hosts.register({
-        joinToken: message.joinToken,
-        hostname: message.hostname,
-        agentVersion: message.agentVersion,
-      });
-    } catch (error) {
-      this.#log().error(this.#details({ err: error }), 'registration failed');
-      this.refuse(
-        'internal_error',
-        'registration failed on the control plane; retry',
-        true,
-        CLOSE_CODES.refusedRetry,
-        message.id,
-      );
-      return;
-    }
+    const result = await register(this.#handshake(), message);
     if (!result.ok) {
-      this.#log().warn(
-        this.#details({ hostname: message.hostname, reason: result.reason }),
-        'join token refused',
-      );
-      this.refuse('join_token_invalid', result.reason, false, CLOSE_CODES.refusedFatal, message.id);
+      this.#refuseWith(result.refusal, message.id);
       return;
     }
     this.#registered = true;
     this.ctx.metrics.agentConnections.inc({ outcome: 'registered' });
-    this.#log().info(
-      this.#details({
-        registeredHostId: result.hostId,
-        hostname: message.hostname,
-        agentVersion: message.agentVersion,
-      }),
-      'host registered',
-    );
-    this.#send(
-      createMessage(
-        'registered',
-        { hostId: result.hostId, credential: result.credential },
-        { id: message.id },
-      ),
-    );
+    this.#send(result.registered);
   }
 
   async #hello(message: MessageOf<'hello'>): Promise<void> {
@@ -526,53 +508,12 @@ export class AgentConnection {
       this.#log().warn(this.#details(), 'second hello on a welcomed connection; ignored');
       return;
     }
-    let auth: Awaited<ReturnType<HostService['authenticate']>>;
-    try {
-      auth = await this.ctx.hosts.authenticate(message.hostId, message.credential);
-    } catch (error) {
-      this.#log().error(this.#details({ err: error }), 'hello failed');
-      this.refuse(
-        'internal_error',
-        'the control plane could not check the credential; retry',
-        true,
-        CLOSE_CODES.refusedRetry,
-        message.id,
-      );
+    const result = await hello(this.#handshake(), message);
+    if (!result.ok) {
+      this.#refuseWith(result.refusal, message.id);
       return;
     }
-    if (!auth.ok) {
-      this.#log().warn(
-        this.#details({ claimedHostId: message.hostId, reason: auth.reason }),
-        'host credential refused',
-      );
-      this.refuse('credential_invalid', auth.reason, false, CLOSE_CODES.refusedFatal, message.id);
-      return;
-    }
-    const hostId = auth.host.id;
-    if (!(await this.ctx.claim(this, hostId))) {
-      this.#log().warn(
-        this.#details({ claimedHostId: hostId }),
-        'a second agent claims a host whose agent is connected and answering; refused',
-      );
-      this.refuse(
-        'host_already_connected',
-        `host ${hostId} is already connected from another agent that still answers; two agents must not share a credential`,
-        true,
-        CLOSE_CODES.refusedRetry,
-        message.id,
-      );
-      return;
-    }
-    await this.ctx.hosts.markConnected(hostId, {
-      replicaId: this.ctx.replicaId,
-      connectionId: this.id,
-      agentVersion: message.agentVersion,
-      protocolVersion: message.v,
-      inventory: message.inventory,
-      // An agent redialling sends the inventory it sent last: then nothing is rewritten.
-      storedInventory: auth.host.inventory,
-    });
-    this.hostId = hostId;
+    this.hostId = result.auth.host.id;
     this.#credential = message.credential;
     this.agentVersion = message.agentVersion;
     this.#welcomed = true;
@@ -583,42 +524,10 @@ export class AgentConnection {
     this.lastHeartbeatMs = this.ctx.clock.now().getTime();
     await this.ctx.welcomed(this);
     if (this.#state !== 'ready') return;
-    this.#send(
-      createMessage(
-        'welcome',
-        {
-          hostId,
-          heartbeatSeconds: this.ctx.settings.heartbeatSeconds,
-          metricsSeconds: this.ctx.settings.metricsSeconds,
-          serverVersion: this.ctx.settings.serverVersion,
-          serverTime: this.ctx.clock.now().getTime(),
-          credentialRenewSeconds: this.ctx.settings.credentialRenewSeconds,
-          // A credential already renewed away counts as issued at the epoch: the agent renews at once.
-          credentialIssuedAt: auth.previous
-            ? 0
-            : (auth.host.credentialIssuedAt ?? auth.host.createdAt).getTime(),
-        },
-        { id: message.id },
-      ),
-    );
+    this.#send(welcome(this.ctx.settings, this.ctx.clock.now().getTime(), result.auth, message.id));
     this.ctx.metrics.agentConnections.inc({ outcome: 'welcomed' });
     this.ctx.greeted(this);
-    const gpus = message.inventory.gpus;
-    this.#log().info(
-      this.#details({
-        agentVersion: message.agentVersion,
-        protocol: message.v,
-        gpus: gpus.devices.length,
-        simulated: gpus.simulated,
-      }),
-      'agent connected',
-    );
-    if (gpus.simulated) {
-      this.#log().warn(
-        this.#details({ gpus: gpus.devices.map((d) => d.name) }),
-        'HOST DECLARES A SIMULATED GPU INVENTORY: its GPUs are not real devices (development and tests only)',
-      );
-    }
+    logWelcomed(this.#handshake(), message);
     void this.pushDesired();
   }
 

@@ -132,11 +132,18 @@ describe('key resolver: unknown keys cached negatively', () => {
       },
     });
     const warnings: string[] = [];
+    const fields: Record<string, unknown>[] = [];
     const resolver = new KeyResolver({
       db: flaky as never,
       clock: systemClock,
       lastUsedFlushMs: 20,
-      logger: { ...silentLogger, warn: (_obj, msg) => warnings.push(msg) },
+      logger: {
+        ...silentLogger,
+        warn: (obj, msg) => {
+          fields.push(obj as Record<string, unknown>);
+          warnings.push(msg);
+        },
+      },
     });
     const value = generateApiKey('live');
     await insertKey(value);
@@ -145,6 +152,7 @@ describe('key resolver: unknown keys cached negatively', () => {
     try {
       await waitFor('the failed flush is logged', async () => warnings.length > 0);
       expect(warnings[0]).toMatch(/last-used times failed; retried/);
+      expect(fields[0]).toMatchObject({ keys: 1, keyIds: [keyId] });
       await waitFor('the retried flush writes the time', async () => {
         const row = await database.db.prisma.apiKey.findUnique({ where: { id: keyId } });
         return row?.lastUsedAt !== null;

@@ -133,7 +133,8 @@ export class KeyResolver {
     this.flushTimer = setInterval(() => {
       this.flushLastUsed().catch((error: unknown) =>
         this.options.logger?.warn(
-          { err: error, keys: this.lastUsed.size },
+          // The ids of the keys waiting (the first 20: a log line, not a dump).
+          { err: error, keys: this.lastUsed.size, keyIds: [...this.lastUsed.keys()].slice(0, 20) },
           "writing API keys' last-used times failed; retried at the next flush",
         ),
       );

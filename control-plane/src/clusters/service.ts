@@ -671,14 +671,30 @@ export class ClusterService {
     }, TX_OPTIONS);
     if (!changed) return;
     // The container is not left behind to restart on its own; its volume stays for a later start.
-    await this.d.fleet.workloads.setDesired(clusterId, 'stopped').catch((error: unknown) => {
-      // The cluster is failed and billed no more either way; a container left running is the operator's to see.
+    await this.stopFailedContainer(clusterId, reason);
+    this.d.changed.notify();
+  }
+
+  /**
+   * A failed cluster's container set to stopped. The cluster is failed and billed no more either way; a
+   * failure is logged, and the supervisor's next pass calls this again for a failed cluster whose container
+   * is still wanted running, until it holds.
+   */
+  async stopFailedContainer(clusterId: string, reason: string | null): Promise<void> {
+    try {
+      // A failed cluster started again meanwhile wants its container running: left alone.
+      const row = await this.d.db.prisma.cluster.findUnique({
+        where: { id: clusterId },
+        select: { status: true },
+      });
+      if (row?.status !== 'error') return;
+      await this.d.fleet.workloads.setDesired(clusterId, 'stopped');
+    } catch (error) {
       this.d.logger?.error(
         { err: error, clusterId, reason },
-        'failed cluster: its container could not be set to stopped and may keep running',
+        'failed cluster: its container could not be set to stopped; retried at the next supervisor pass',
       );
-    });
-    this.d.changed.notify();
+    }
   }
 }
 

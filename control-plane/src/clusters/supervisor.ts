@@ -146,6 +146,7 @@ export class ClusterSupervisor {
         WHERE c.deleted_at IS NULL AND (
           c.status IN ('pending', 'starting', 'stopping', 'deleting')
           OR (c.status = 'running' AND w.phase IN ('exited', 'failed'))
+          OR (c.status = 'error' AND w.desired = 'running')
           OR (c.expires_at IS NOT NULL AND c.expires_at <= $1))
         ORDER BY c.created_at, c.id LIMIT 500`,
       now,
@@ -169,6 +170,10 @@ export class ClusterSupervisor {
         case 'running':
           await this.d.service.fail(row.id, failureReason(row.phase, row.actual_status));
           break;
+        case 'error':
+          // Failed, but its container could not be set to stopped when it failed: tried again.
+          await this.d.service.stopFailedContainer(row.id, null);
+          break;
         case 'stopping':
         case 'deleting':
           this.#operate(row.id);
@@ -176,7 +181,9 @@ export class ClusterSupervisor {
       }
     }
     if (pending) await this.placePending(kicked);
-    return rows.length > 0;
+    // A failed cluster's container that would not stop is no transition: it is retried at the passes that
+    // come anyway (a kick, an expiry, the idle interval), not every busy interval.
+    return rows.some((row) => row.status !== 'error' || row.expired);
   }
 
   private async starting(

@@ -3,6 +3,18 @@ import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Endpoint, EndpointWorker } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import {
+  avg,
+  duration,
+  issuesOf,
+  modelStatus,
+  overallStatus,
+  probeStatus,
+  recoveryActions,
+  round,
+  type Status,
+  startup,
+} from './health-assessment.ts';
 import type { EndpointService } from './service.ts';
 import type { WorkerClient } from './worker-client.ts';
 
@@ -19,30 +31,6 @@ const HOUR_MS = 3_600_000;
 /** GPU, container and host samples older than this are not "current" readings. */
 const SAMPLE_MAX_AGE_MS = 120_000;
 const HOT_GPU_C = 85;
-const HIGH_ERROR_RATE = 10;
-
-type Status = 'healthy' | 'degraded' | 'unhealthy' | 'failed' | 'unknown';
-
-interface Issue {
-  type: string;
-  severity: 'low' | 'medium' | 'high' | 'critical';
-  component: string;
-  message: string;
-  timestamp: string;
-  recommendation: string;
-}
-
-const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
-const avg = (values: number[]) =>
-  values.length === 0 ? null : values.reduce((a, b) => a + b, 0) / values.length;
-
-function duration(ms: number): string {
-  const s = Math.floor(ms / 1000);
-  const d = Math.floor(s / 86_400);
-  const h = Math.floor((s % 86_400) / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  return [d ? `${d}d` : '', h ? `${h}h` : '', m ? `${m}m` : '', `${s % 60}s`].filter(Boolean).join(' ');
-}
 
 /** Thrown inside a check when its deadline passed: what was computed so far goes into the 408. */
 class Deadline extends Error {}
@@ -207,16 +195,7 @@ export class EndpointHealth {
     }
     const probeList = [...probes.values()];
     const failing = probeList.filter((p) => !p.ok);
-    const apiStatus: Status =
-      live.length === 0
-        ? 'unknown'
-        : ready.length === 0
-          ? 'unhealthy'
-          : failing.length === 0
-            ? 'healthy'
-            : failing.length < probeList.length
-              ? 'degraded'
-              : 'unhealthy';
+    const apiStatus = probeStatus(live.length, ready.length, failing.length, probeList.length);
     const probeMs = avg(probeList.flatMap((p) => (p.ms === null ? [] : [p.ms])));
     const checks: Record<string, unknown> = {
       api: {
@@ -226,13 +205,7 @@ export class EndpointHealth {
         checkedNow: probeNow,
       },
       model: {
-        status: (endpoint.status === 'error'
-          ? 'failed'
-          : ready.length > 0
-            ? 'healthy'
-            : live.length > 0
-              ? 'degraded'
-              : 'unknown') as Status,
+        status: modelStatus(endpoint, live.length, ready.length),
         loadTime: (() => {
           const v = avg(
             ready.flatMap((w) => (w.readyAt ? [w.readyAt.getTime() - w.createdAt.getTime()] : [])),
@@ -276,89 +249,25 @@ export class EndpointHealth {
         ? startup(starting, new Map(workloads.map((w) => [w.id, w])), endpoint, nowMs)
         : null;
 
-    const issues: Issue[] = [];
     const stamp = now.toISOString();
-    if (endpoint.statusReason?.startsWith('waiting for') || endpoint.statusReason?.startsWith('no host')) {
-      issues.push({
-        type: 'capacity',
-        severity: ready.length === 0 ? 'high' : 'medium',
-        component: 'scheduler',
-        message: endpoint.statusReason,
-        timestamp: endpoint.updatedAt.toISOString(),
-        recommendation: 'workers start when GPUs of this type free up; or choose another gpuType',
-      });
-    }
-    for (const w of failedRecently) {
-      issues.push({
-        type: w.status === 'lost' ? 'host_unreachable' : 'worker_failure',
-        severity: ready.length === 0 ? 'critical' : 'medium',
-        component: 'workers',
-        message: `worker ${w.id} ${w.status}: ${w.statusReason ?? 'unknown reason'}`,
-        timestamp: (w.stoppedAt ?? w.updatedAt).toISOString(),
-        recommendation:
-          w.status === 'lost'
-            ? 'a replacement is started on another host'
-            : 'check the worker logs: GET /v2/admin/workloads/<worker id>/logs',
-      });
-    }
-    if (failing.length > 0) {
-      issues.push({
-        type: 'health_check',
-        severity: failing.length === probeList.length ? 'high' : 'medium',
-        component: 'api',
-        message: `${failing.length} of ${probeList.length} ready workers fail GET /health: ${failing[0]?.error ?? ''}`,
-        timestamp: stamp,
-        recommendation: 'a worker failing 3 checks in a row is replaced',
-      });
-    }
-    if ((stats?.queued ?? 0) > 0 && ready.length === 0) {
-      issues.push({
-        type: 'queue_backlog',
-        severity: 'high',
-        component: 'queue',
-        message: `${stats?.queued} job(s) waiting and no worker ready`,
-        timestamp: stamp,
-        recommendation:
-          'jobs run once a worker is ready; purge the queue with POST /v2/<endpoint_id>/purge-queue',
-      });
-    }
-    if (errorRate !== null && errorRate > HIGH_ERROR_RATE) {
-      issues.push({
-        type: 'error_rate',
-        severity: errorRate > 50 ? 'high' : 'medium',
-        component: 'model',
-        message: `${errorRate}% of the jobs finished in the last hour failed or timed out`,
-        timestamp: stamp,
-        recommendation: 'read the failed jobs’ error with GET /v2/<endpoint_id>/status/<job_id>',
-      });
-    }
-    const gpuWarnings = (resources?.['gpu'] as { warnings?: string[] } | undefined)?.warnings ?? [];
-    for (const warning of gpuWarnings) {
-      issues.push({
-        type: 'gpu',
-        severity: 'medium',
-        component: 'resources',
-        message: warning,
-        timestamp: stamp,
-        recommendation: 'check the host’s cooling',
-      });
-    }
-
-    const target = endpoint.targetWorkers;
-    const status =
-      endpoint.status === 'error'
-        ? 'error'
-        : target === 0 && live.length === 0
-          ? 'stopped'
-          : ready.length === 0
-            ? starting.length > 0
-              ? 'starting'
-              : 'unhealthy'
-            : ready.length < target ||
-                failing.length > 0 ||
-                (errorRate !== null && errorRate > HIGH_ERROR_RATE)
-              ? 'degraded'
-              : 'healthy';
+    const issues = issuesOf({
+      endpoint,
+      readyCount: ready.length,
+      failedRecently,
+      failingProbes: failing.map((p) => p.error),
+      probeCount: probeList.length,
+      queued: stats?.queued ?? 0,
+      errorRate,
+      gpuWarnings: (resources?.['gpu'] as { warnings?: string[] } | undefined)?.warnings ?? [],
+      stamp,
+    });
+    const status = overallStatus(endpoint, {
+      live: live.length,
+      ready: ready.length,
+      starting: starting.length,
+      failingProbes: failing.length,
+      errorRate,
+    });
     const oldestReady = ready.reduce<number | null>(
       (m, w) => (w.readyAt && (m === null || w.readyAt.getTime() < m) ? w.readyAt.getTime() : m),
       null,
@@ -543,116 +452,4 @@ export class EndpointHealth {
       version: `config-${endpoint.configVersion}`,
     };
   }
-}
-
-type StartingWorkload = { id: string; phase: string; pullProgress: unknown };
-
-/**
- * Startup of the workers still starting: phases placement → image_pull → container_start → health_check,
- * each completed, in_progress or pending from the worker row and its workload. progress = phases completed
- * / 4 × 100, averaged over the starting workers; estimates are null (nothing to base them on).
- */
-function startup(
-  starting: EndpointWorker[],
-  loads: Map<string, StartingWorkload>,
-  endpoint: Endpoint,
-  nowMs: number,
-) {
-  if (starting.length === 0) {
-    return {
-      phase: 'waiting_for_capacity',
-      progress: 0,
-      estimatedCompletion: null,
-      phases: [
-        {
-          name: 'placement',
-          status: 'in_progress',
-          duration: null,
-          progress: 0,
-          estimatedRemaining: null,
-          estimatedDuration: null,
-        },
-      ],
-      reason: endpoint.statusReason,
-    };
-  }
-  const perWorker = starting.map((w) => {
-    const load = loads.get(w.id);
-    const phase = load?.phase ?? 'pending';
-    const pull = load?.pullProgress as {
-      current?: number | null;
-      total?: number | null;
-      done?: boolean;
-    } | null;
-    const pulled = phase === 'running' || phase === 'exited' || pull?.done === true;
-    const running = phase === 'running';
-    const pullProgress = pulled ? 100 : pull?.total ? round(((pull.current ?? 0) / pull.total) * 100) : 0;
-    return [
-      { name: 'placement', status: 'completed', duration: null, progress: 100 },
-      {
-        name: 'image_pull',
-        status: pulled ? 'completed' : 'in_progress',
-        duration: null,
-        progress: pullProgress,
-      },
-      {
-        name: 'container_start',
-        status: running ? 'completed' : pulled ? 'in_progress' : 'pending',
-        duration: null,
-        progress: running ? 100 : 0,
-      },
-      {
-        name: 'health_check',
-        status: running ? 'in_progress' : 'pending',
-        duration: running ? nowMs - w.createdAt.getTime() : null,
-        progress: 0,
-      },
-    ];
-  });
-  const least = perWorker.reduce((a, b) =>
-    b.filter((p) => p.status === 'completed').length < a.filter((p) => p.status === 'completed').length
-      ? b
-      : a,
-  );
-  const progress =
-    avg(
-      perWorker.map(
-        (phases) => (phases.filter((p) => p.status === 'completed').length / phases.length) * 100,
-      ),
-    ) ?? 0;
-  return {
-    phase: least.find((p) => p.status !== 'completed')?.name ?? 'health_check',
-    progress: round(progress),
-    estimatedCompletion: null,
-    phases: least.map((p) => ({ ...p, estimatedRemaining: null, estimatedDuration: null })),
-    reason: endpoint.statusReason,
-  };
-}
-
-function recoveryActions(issues: Issue[], endpoint: Endpoint, gpuHourly: number | null) {
-  const actions: Record<string, unknown>[] = [];
-  const types = new Set(issues.map((i) => i.type));
-  if (types.has('worker_failure')) {
-    actions.push({
-      action: 'replace_failed_workers',
-      description:
-        'failed workers are replaced automatically; after 3 failures in a row the endpoint is in error and retries every 30 s',
-      estimated_downtime: null,
-    });
-  }
-  if (types.has('queue_backlog') || types.has('capacity')) {
-    actions.push({
-      action: 'add_worker',
-      description: `one more worker (${endpoint.gpuCount} x ${endpoint.gpuType}) with PUT /v2/endpoints/${endpoint.id} (workerCount or autoScaling.maxWorkers)`,
-      estimated_cost_increase: gpuHourly === null ? null : round(gpuHourly * endpoint.gpuCount, 4),
-    });
-  }
-  if (types.has('error_rate')) {
-    actions.push({
-      action: 'retry_failed_jobs',
-      description: 'POST /v2/<endpoint_id>/retry/<job_id> queues a FAILED or TIMED_OUT job again',
-      estimated_downtime: null,
-    });
-  }
-  return actions;
 }

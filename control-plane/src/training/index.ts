@@ -12,6 +12,7 @@ import { TrainingRecipes } from './recipes.ts';
 import { ReportReader } from './reports.ts';
 import { TrainingService } from './service.ts';
 import { TrainingSupervisor, type TrainingSupervisorOptions } from './supervisor.ts';
+import { TuningDriver } from './tuning/driver.ts';
 import { TuningService } from './tuning/service.ts';
 
 export type { TrainingJobSummary } from './summary.ts';
@@ -58,15 +59,21 @@ export function createTraining(deps: {
     { db: deps.db, clock: deps.clock, service, launcher, reports, preemption, logger },
     deps.supervisor,
   );
+  const driver = new TuningDriver({
+    db: deps.db,
+    clock: deps.clock,
+    training: service,
+    logger,
+  });
   const tuning = new TuningService({
     db: deps.db,
     clock: deps.clock,
     training: service,
-    logger: () => logger,
+    driver,
+    kick: () => supervisor.kick(),
   });
   changed.listen(() => supervisor.kick());
-  tuning.onKick(() => supervisor.kick());
-  supervisor.afterPass(() => tuning.advanceAll());
+  supervisor.afterPass(() => driver.advanceAll());
   // A worker's container changing (running, exited, gone) moves its job now rather than at the next pass.
   const unsubscribe = deps.fleet.workloads.onContainerState(async ({ workloadId }) => {
     if (workloadId.startsWith('job_')) supervisor.kick();

@@ -57,9 +57,6 @@ export interface JobOwner {
   userId: string;
 }
 
-/** @deprecated the control plane's one logger type is `Logger` (logger.ts); kept until tuning/ moves to it. */
-export type TrainingLogger = Logger;
-
 export function jobNotFound(jobId: string): ApiError {
   return new ApiError('TRAINING_JOB_NOT_FOUND', `training job ${jobId} not found`, { jobId });
 }

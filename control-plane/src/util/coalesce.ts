@@ -27,7 +27,3 @@ export function coalesced(task: () => Promise<void>): () => Promise<void> {
     return queued;
   };
 }
-
-/** @deprecated the control plane's one logger type is `Logger` (logger.ts); kept until proxy/traffic.ts moves. */
-export type { Logger as BackgroundLogger } from '../logger.ts';
-export { silentLogger } from '../logger.ts';

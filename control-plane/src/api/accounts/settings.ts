@@ -246,7 +246,7 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
     },
     async (request, reply) => {
       const format = request.query.format ?? 'json';
-      const result = await settings.export(actorOf(request), {
+      const result = await context.accounts.settingsTransfer.export(actorOf(request), {
         format,
         includeSecrets: request.query.include_secrets ?? false,
         sections: request.query.sections
@@ -334,7 +334,7 @@ export const settingsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> 
           reason: 'is required',
         });
       }
-      return settings.import(actorOf(request), {
+      return context.accounts.settingsTransfer.import(actorOf(request), {
         settings: source as Record<string, unknown>,
         merge_strategy: body.merge_strategy,
         validate_only: body.validate_only,

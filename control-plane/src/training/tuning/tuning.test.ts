@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { bestOf, convergence, type TrialFacts } from './analysis.ts';
+import { shouldStopEarly } from './driver.ts';
 import {
   bayesianPoint,
   decode,
@@ -13,7 +14,7 @@ import {
   tpePoint,
 } from './samplers.ts';
 import { applyConditions, checkAlgorithm, gridSize, parseSearchSpace } from './search-space.ts';
-import { shortFormSpace, shouldStopEarly } from './service.ts';
+import { shortFormSpace } from './service.ts';
 
 describe('search spaces', () => {
   it('normalises names and checks every parameter', () => {
