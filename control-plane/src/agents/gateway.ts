@@ -91,6 +91,8 @@ export class AgentGateway {
   readonly #logger: Logger;
   #closing = false;
   #started = false;
+  /** When the database is next looked at for silent hosts (checkLiveness); 0: at the first tick. */
+  #livenessDueAt = 0;
 
   constructor(options: AgentGatewayOptions) {
     this.#o = options;
@@ -440,24 +442,28 @@ export class AgentGateway {
   }
 
   /**
-   * Closes this process's connections whose heartbeats stopped, then marks every host (whichever
-   * process held it) without a heartbeat within the grace period unreachable, with its workloads.
-   * Returns the hosts newly marked.
+   * Closes this process's connections whose heartbeats stopped, then, once a host can have gone silent,
+   * marks every host (whichever process held it) without a heartbeat within the grace period
+   * unreachable, with its workloads. Returns the hosts newly marked.
    */
   async checkLiveness(): Promise<string[]> {
     const graceMs = this.#o.config.hostGraceSeconds * 1000;
     const now = this.#o.clock.now().getTime();
     for (const connection of this.#byHost.values()) connection.checkHeartbeat(now, graceMs);
+    if (now < this.#livenessDueAt) return [];
     await this.flushHeartbeats();
-    const marked = await this.#o.hosts.markUnreachable(new Date(now - graceMs));
-    for (const host of marked) {
+    const { lost, oldestBeat } = await this.#o.hosts.markUnreachable(new Date(now - graceMs));
+    // No ready host can go silent before its last heartbeat + grace; a host that becomes ready after this
+    // look (here or on another replica) beats at that moment, so not before now + grace either.
+    this.#livenessDueAt = Math.min(now, oldestBeat?.getTime() ?? now) + graceMs;
+    for (const host of lost) {
       this.#o.metrics.hostsUnreachable.inc();
       this.#logger.warn(
         { hostId: host.id, host: host.name, graceSeconds: this.#o.config.hostGraceSeconds },
         'host unreachable: no heartbeat within the grace period; its workloads are marked, not stopped',
       );
     }
-    return marked.map((h) => h.id);
+    return lost.map((h) => h.id);
   }
 
   // ---- lifecycle
@@ -506,8 +512,9 @@ export class AgentGateway {
       'writing heartbeats',
     );
     // Liveness stays a timer: a host goes silent without any event (its replica died, its network went),
-    // so only time can tell. One statement every few seconds (a quarter of the grace period, at most 5 s)
-    // is the one periodic database write of an idle control plane.
+    // so only time can tell. The timer (a quarter of the grace period, at most 5 s) checks this process's
+    // sockets; the database is looked at only once a host can have gone silent (checkLiveness), about
+    // once per grace period (40 s by default) rather than at every tick.
     const livenessMs = this.#o.livenessIntervalMs ?? Math.max(250, Math.min(5_000, graceMs / 4));
     let lastCheck = performance.now();
     every(

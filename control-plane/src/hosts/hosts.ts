@@ -577,11 +577,19 @@ export class HostService {
   /**
    * Marks ready hosts without a heartbeat since `cutoff` unreachable, and their workloads with them.
    * Workloads are only marked: nothing is stopped or rescheduled, and the agent keeps them running.
-   * Safe to run on every replica at once: the conditions are re-checked under each row's lock.
+   * Safe to run on every replica at once: the conditions are re-checked under each row's lock. Also
+   * answers the oldest heartbeat of the ready hosts left (null: none), from which the next host can go
+   * silent at the earliest: the caller need not look again before then.
    */
-  async markUnreachable(cutoff: Date): Promise<{ id: string; name: string }[]> {
+  async markUnreachable(
+    cutoff: Date,
+  ): Promise<{ lost: { id: string; name: string }[]; oldestBeat: Date | null }> {
     const now = this.clock.now();
-    const hosts = await this.db.sql.query<{ id: string; name: string }>(
+    const rows = await this.db.sql.query<{
+      id: string | null;
+      name: string | null;
+      oldest: Date | string | null;
+    }>(
       `WITH lost AS (
          UPDATE hosts SET state = 'unreachable', unreachable_since = $2, updated_at = $2
          WHERE state = 'ready' AND deleted_at IS NULL AND (last_heartbeat_at IS NULL OR last_heartbeat_at < $1)
@@ -591,17 +599,23 @@ export class HostService {
          SELECT id, $2, 'unreachable', 'no heartbeat within the grace period',
                 jsonb_build_object('lastHeartbeatAt', last_heartbeat_at)
          FROM lost)
-       SELECT id, name FROM lost`,
+       SELECT id, name, NULL::timestamptz AS oldest FROM lost
+       UNION ALL
+       SELECT NULL, NULL, min(last_heartbeat_at) FROM hosts
+        WHERE state = 'ready' AND deleted_at IS NULL AND last_heartbeat_at >= $1`,
       [cutoff.toISOString(), now.toISOString()],
+      'hosts_mark_unreachable',
     );
-    if (hosts.length > 0) {
+    const lost = rows.filter((r) => r.id !== null).map((r) => ({ id: r.id!, name: r.name ?? r.id! }));
+    const oldest = rows.find((r) => r.id === null)?.oldest ?? null;
+    if (lost.length > 0) {
       await this.db.sql.query(
         `UPDATE workloads SET host_unreachable = true, updated_at = $2
          WHERE host_id = ANY($1::text[]) AND NOT host_unreachable AND NOT (desired = 'deleted' AND phase = 'removed')`,
-        [hosts.map((h) => h.id), now.toISOString()],
+        [lost.map((h) => h.id), now.toISOString()],
       );
     }
-    return hosts;
+    return { lost, oldestBeat: oldest === null ? null : new Date(oldest) };
   }
 
   /** The agent applied desired generation `generation` (acks arriving together are written together). */
