@@ -1,10 +1,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AppContext } from '../../context.ts';
-import { permissionRoutes } from './permissions.ts';
-import { profileRoutes } from './profile.ts';
-import { settingsRoutes } from './settings.ts';
-import { teamRoutes } from './team.ts';
-import { twoFactorRoutes } from './two-factor.ts';
+import { permissionRoutes } from './permissions.routes.ts';
+import { profileRoutes } from './profile.routes.ts';
+import { settingsRoutes } from './settings.routes.ts';
+import { teamRoutes } from './team.routes.ts';
+import { twoFactorRoutes } from './two-factor.routes.ts';
 
 /** /v2/accounts: profile, team, roles and permissions, settings. */
 export const accountRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (app, { context }) => {

@@ -10,7 +10,7 @@ import {
   TemporaryBoostResponse,
   viewBoost,
   viewStatus,
-} from './rate-limit-schemas.ts';
+} from './rate-limits.schemas.ts';
 
 export const rateLimitRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (
   app,

@@ -3,7 +3,7 @@ import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addAccount, call } from '../../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../testing/app.ts';
-import { addCluster, addHost, logLine } from './fixtures.ts';
+import { addCluster, addHost, logLine } from '../../testing/cluster-telemetry.ts';
 
 const B = Date.parse('2026-11-20T10:00:00.000Z');
 const at = (i: number) => new Date(B + i * 1000).toISOString();

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addAccount, addMember, call } from '../../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../testing/app.ts';
 import { ManualClock } from '../../testing/clock.ts';
-import { addCluster, addHost, sample } from './fixtures.ts';
+import { addCluster, addHost, sample } from '../../testing/cluster-telemetry.ts';
 
 const MIN = 60_000;
 // Minute-aligned so interval buckets are predictable.

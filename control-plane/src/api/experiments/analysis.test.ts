@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { seedJob } from '../../testing/experiment-jobs.ts';
 import { createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
-import { seedJob } from './jobs.fixture.ts';
 
 // Three completed runs with known histories (expected tests from SciPy 1.17, ttest_ind(equal_var=False)
 // over the last 5 reports), one failed and one running.

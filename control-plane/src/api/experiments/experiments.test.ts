@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addAccount, addMember, type TestMember } from '../../testing/accounts.ts';
+import { seedJob } from '../../testing/experiment-jobs.ts';
 import { createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
-import { seedJob } from './jobs.fixture.ts';
 
 describe('experiments API: lifecycle, runs, access', () => {
   let t: TestApp;

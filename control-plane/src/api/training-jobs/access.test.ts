@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { addMember, addResource, type TestMember } from '../../testing/accounts.ts';
+import { seedJob } from '../../testing/experiment-jobs.ts';
 import { createTestApp, type TestApp } from '../../testing/index.ts';
-import { seedJob } from '../experiments/jobs.fixture.ts';
 
 /**
  * Training jobs are account resources as clusters are: a developer reads a teammate's job (the role's

@@ -5,7 +5,7 @@ import { flatErrors } from '../../http/error-body.ts';
 import { ARTIFACT_REPORT, ARTIFACT_RETENTION } from '../../training/artifacts/docs.ts';
 import { actorOf } from '../accounts/common.ts';
 import { sendArtifact } from './artifact-download.ts';
-import { ArtifactList, ArtifactParams, TrainingArtifact } from './artifact-schemas.ts';
+import { ArtifactList, ArtifactParams, TrainingArtifact } from './artifacts.schemas.ts';
 import { ACCESS } from './docs.ts';
 import { JobParams } from './schemas.ts';
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { newId } from '@anvil/shared';
 import type { LogEntry, MetricSample } from '@anvil/shared/protocol';
-import type { TestApp } from '../../testing/app.ts';
+import type { TestApp } from './app.ts';
 
 /** Test fixtures for the cluster metrics and logs API: a host, a cluster placed on it, agent samples. */
 

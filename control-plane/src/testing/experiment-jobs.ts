@@ -1,10 +1,10 @@
 import { newId } from '@anvil/shared';
-import type { Prisma } from '../../db/generated/client.ts';
-import type { TestApp } from '../../testing/index.ts';
-import { closeJobSession } from '../../training/billing.ts';
-import { REPORT_MARKER } from '../../training/contract.ts';
-import { workloadIdOf } from '../../training/launcher.ts';
-import { ReportReader } from '../../training/reports.ts';
+import type { Prisma } from '../db/generated/client.ts';
+import { closeJobSession } from '../training/billing.ts';
+import { REPORT_MARKER } from '../training/contract.ts';
+import { workloadIdOf } from '../training/launcher.ts';
+import { ReportReader } from '../training/reports.ts';
+import type { TestApp } from './index.ts';
 
 /**
  * Training jobs in the state an experiments test needs, made through the training side's own code where
