@@ -1,8 +1,7 @@
-import { Writable } from 'node:stream';
 import { newId } from '@anvil/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger } from '../logger.ts';
 import { createTestApp, type TestApp } from '../testing/app.ts';
+import { capturedLogger } from '../testing/captured-logs.ts';
 
 /**
  * A failed cluster whose container cannot be told to stop is logged, not silently left running, and the
@@ -10,16 +9,10 @@ import { createTestApp, type TestApp } from '../testing/app.ts';
  */
 describe('failing a cluster', () => {
   let t: TestApp;
-  const lines: Record<string, unknown>[] = [];
+  const { logger, lines } = capturedLogger('info');
 
   beforeAll(async () => {
-    const sink = new Writable({
-      write(chunk, _encoding, done) {
-        for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line));
-        done();
-      },
-    });
-    t = await createTestApp({ logger: createLogger('info', sink) });
+    t = await createTestApp({ logger });
   });
   afterAll(async () => t?.close());
 

@@ -2,19 +2,12 @@ import { Writable } from 'node:stream';
 import type { FastifyBaseLogger } from 'fastify';
 import pino from 'pino';
 import { describe, expect, it, vi } from 'vitest';
-import { createLogger } from '../logger.ts';
+import { capturedLogger } from '../testing/captured-logs.ts';
 import { DeferredRequestLogger, deferredChildLogger } from './request-logger.ts';
 
 function capture(level: 'warn' | 'info') {
-  const lines: Array<Record<string, unknown>> = [];
-  const sink = new Writable({
-    write(chunk, _encoding, done) {
-      for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line));
-      done();
-    },
-  });
-  const logger = createLogger(level, sink) as unknown as FastifyBaseLogger;
-  return { logger, lines };
+  const { logger, lines } = capturedLogger(level);
+  return { logger: logger as unknown as FastifyBaseLogger, lines };
 }
 
 describe('deferred request logger', () => {

@@ -1,7 +1,6 @@
-import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createLogger } from '../../logger.ts';
 import { createTestApp, type TestApp } from '../../testing/app.ts';
+import { capturedLogger } from '../../testing/captured-logs.ts';
 import { waitFor } from '../../testing/wait.ts';
 
 /**
@@ -11,16 +10,10 @@ import { waitFor } from '../../testing/wait.ts';
  */
 describe('stopping a tuning job whose trial will not stop at first', () => {
   let t: TestApp;
-  const lines: Record<string, unknown>[] = [];
+  const { logger, lines } = capturedLogger('info');
 
   beforeAll(async () => {
-    const sink = new Writable({
-      write(chunk, _encoding, done) {
-        for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line));
-        done();
-      },
-    });
-    t = await createTestApp({ logger: createLogger('info', sink) });
+    t = await createTestApp({ logger });
   });
   afterAll(async () => t?.close());
 
