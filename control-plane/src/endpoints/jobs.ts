@@ -172,7 +172,7 @@ export class JobQueue {
     const now = this.clock.now();
     const trigger: JobTrigger =
       outcome.status === 'COMPLETED' ? 'complete' : outcome.status === 'FAILED' ? 'fail' : 'timeout';
-    // The job's end and its execution's usage record (RECORD_EXECUTION) in one statement.
+    // The job's end and its execution's usage record (recordExecutionSql) in one statement.
     const [row] = await this.db.sql.query(
       `WITH done AS (
          UPDATE endpoint_jobs
@@ -180,7 +180,7 @@ export class JobQueue {
                 webhook_status = CASE WHEN webhook IS NULL THEN NULL ELSE 'pending' END, webhook_next_at = $6
           WHERE id = $1 AND worker_id = $2 AND status = ANY ($7::text[])
           RETURNING *),
-       ${RECORD_EXECUTION('$6', '$8')}
+       ${recordExecutionSql('$6', '$8')}
        SELECT ${jobColumns('done')} FROM done`,
       [
         jobId,
@@ -289,7 +289,7 @@ export class JobQueue {
                 webhook_status = CASE WHEN webhook IS NULL THEN NULL ELSE 'pending' END, webhook_next_at = $2
           WHERE id = $1 AND status = ANY ($4::text[])
           RETURNING *),
-       ${RECORD_EXECUTION('$2', '$5')}
+       ${recordExecutionSql('$2', '$5')}
        SELECT id FROM done`,
       [jobId, now, move('cancel').to, move('cancel').from, newId('use')],
       'endpoint_jobs_cancel',
@@ -435,7 +435,7 @@ export class JobQueue {
  * outcome. A job that never started (ended while queued) has none. `now` and `id` are parameter
  * references of the enclosing statement.
  */
-function RECORD_EXECUTION(now: string, id: string): string {
+function recordExecutionSql(now: string, id: string): string {
   return `measured AS (
          SELECT d.*, e.gpu_type AS endpoint_gpu_type, e.gpu_count AS endpoint_gpu_count,
                 GREATEST(0, round(extract(epoch FROM d.completed_at - d.started_at) * 1000))::bigint AS duration_ms
