@@ -1,6 +1,5 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyBaseLogger, LogController } from 'fastify';
-import { attachAgentSockets } from './agents/sockets.ts';
 import { accountRoutes } from './api/accounts/index.ts';
 import { sshKeyRoutes } from './api/accounts/ssh-keys.routes.ts';
 import { adminAccountRoutes } from './api/admin/accounts.routes.ts';
@@ -36,6 +35,7 @@ import { usageRoutes } from './api/usage/routes.ts';
 import { workloadLogRoutes } from './api/workload-logs/routes.ts';
 import type { AppContext } from './context.ts';
 import { dashboardRoutes } from './dashboard/routes.ts';
+import { attachAgentSockets } from './fleet/agents/sockets.ts';
 import { installActivityTracking } from './http/activity.ts';
 import { TrustedProxies } from './http/client-address.ts';
 import { frameworkErrorHandler, installErrorHandling } from './http/error-handler.ts';

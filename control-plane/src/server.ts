@@ -1,11 +1,11 @@
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { type LocalAgent, startLocalAgent } from './agents/local-agent.ts';
 import { buildApp } from './app.ts';
 import { bootstrapOwner } from './auth/bootstrap.ts';
 import type { Config } from './config.ts';
 import { type AppContext, type ContextSeams, createContext } from './context.ts';
 import { openMigratedDatabase } from './db/index.ts';
+import { type LocalAgent, startLocalAgent } from './fleet/agents/local-agent.ts';
 
 export interface RunningServer {
   app: FastifyInstance;

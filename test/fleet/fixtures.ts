@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type Dockerode from 'dockerode';
-import type { WorkloadSpecInput } from '../../control-plane/src/workloads/workloads.ts';
+import type { WorkloadSpecInput } from '../../control-plane/src/fleet/workloads/workloads.ts';
 import { workloadSpecInput } from '../agent/fixtures.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
 import type { FleetControlPlane } from './control-plane.ts';

@@ -1,9 +1,9 @@
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bridgeNameOf } from '../../agent/src/network/account-networks.ts';
+import { PIDS_LIMIT } from '../../control-plane/src/fleet/workloads/limits.ts';
 import { addAccount, call, type TestMember } from '../../control-plane/src/testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/app.ts';
-import { PIDS_LIMIT } from '../../control-plane/src/workloads/limits.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { memoizedHost, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';

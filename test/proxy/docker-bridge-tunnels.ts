@@ -2,7 +2,7 @@ import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ApiError } from '@anvil/shared';
 import type Dockerode from 'dockerode';
-import type { ExecSession, TunnelOpener } from '../../control-plane/src/tunnels/types.ts';
+import type { ExecSession, TunnelOpener } from '../../control-plane/src/fleet/tunnels/types.ts';
 
 /**
  * TEST DOUBLE for the agents' reverse tunnels (contract 4, TunnelOpener): `net.connect` to the

@@ -9,9 +9,9 @@ import { ApiError, newId } from '@anvil/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../../control-plane/src/db/index.ts';
 import { openPostgres } from '../../control-plane/src/db/index.ts';
+import type { ExecSession, TunnelOpener } from '../../control-plane/src/fleet/tunnels/types.ts';
 import type { AccessLogEntry } from '../../control-plane/src/proxy/traffic.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
-import type { ExecSession, TunnelOpener } from '../../control-plane/src/tunnels/types.ts';
 
 /**
  * TEST DOUBLE for the agents' reverse tunnels (contract 4): every container port is one HTTP server on

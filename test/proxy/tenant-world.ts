@@ -7,9 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { ApiError, newId } from '@anvil/shared';
+import type { ExecSession, TunnelOpener } from '../../control-plane/src/fleet/tunnels/types.ts';
 import { clusterRow } from '../../control-plane/src/testing/cluster-row.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
-import type { ExecSession, TunnelOpener } from '../../control-plane/src/tunnels/types.ts';
 
 /** Not `localhost`: browsers treat `*.localhost` specially; `.test` is reserved and never resolves. */
 export const PROXY_DOMAIN = 'proxy.anvil.test';

@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { WorkloadSpec } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
+import type { WorkloadView } from '../../control-plane/src/fleet/workloads/workloads.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
-import type { WorkloadView } from '../../control-plane/src/workloads/workloads.ts';
 import { workloadSpec } from '../agent/fixtures.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 

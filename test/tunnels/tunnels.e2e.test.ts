@@ -6,7 +6,7 @@ import { AGENT_TUNNEL_PATH, TUNNEL_HEADERS, TUNNEL_UPGRADE } from '@anvil/shared
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import type { ExecSession } from '../../control-plane/src/tunnels/types.ts';
+import type { ExecSession } from '../../control-plane/src/fleet/tunnels/types.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 import { readAll, runWorkload, sha256, startWorld, type TunnelWorld, until } from './setup.ts';

@@ -1,7 +1,7 @@
 import { newId } from '@anvil/shared';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { AccessControl } from '../accounts/access.ts';
 import { AuditLog } from '../accounts/audit.ts';
-import { AccessControl } from '../auth/access.ts';
 import { ClusterAccess } from '../clusters/access.ts';
 import type { Database } from '../db/index.ts';
 import { openPostgres } from '../db/index.ts';

@@ -1,5 +1,5 @@
 import type { KeyPermission, KeyScope } from '@anvil/shared';
-import type { AccessControl, MemberAccess } from '../auth/access.ts';
+import type { AccessControl, MemberAccess } from './access.ts';
 import type { ResolvedRole } from './roles.ts';
 import { isBuiltInRole } from './roles.ts';
 import { validationError } from './validation.ts';

@@ -1,7 +1,7 @@
 import { ApiError } from '@anvil/shared';
-import type { AccessControl, Actor, MemberAccess } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { UsageRecords } from '../usage/records.ts';
+import type { AccessControl, Actor, MemberAccess } from './access.ts';
 
 export interface ComputeHoursUse {
   max: number | null;

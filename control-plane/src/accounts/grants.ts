@@ -1,9 +1,9 @@
 import { ApiError, newId } from '@anvil/shared';
 import type { AccessRevocations } from '../access-revocation/revocations.ts';
-import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { PermissionGrant } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { AccessControl, Actor } from './access.ts';
 import type { AuditLog } from './audit.ts';
 import { checkFuture, checkPermissions, checkScopes } from './validation.ts';
 

@@ -1,5 +1,4 @@
 import type { AccessRevocations } from '../access-revocation/revocations.ts';
-import { AccessControl } from '../auth/access.ts';
 import type { ApiKeyService } from '../auth/api-keys.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { KeyResolver } from '../auth/key-resolver.ts';
@@ -10,6 +9,7 @@ import { loadSecretBox, type SecretBox, type SecretKeySource } from '../crypto/s
 import type { Database } from '../db/index.ts';
 import type { Logger } from '../logger.ts';
 import { UsageRecords } from '../usage/records.ts';
+import { AccessControl } from './access.ts';
 import { ActivityTracker } from './activity.ts';
 import { AuditLog } from './audit.ts';
 import { ComputeHoursLimit } from './compute-hours.ts';

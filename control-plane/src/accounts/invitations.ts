@@ -1,11 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { ApiError, newId } from '@anvil/shared';
-import type { AccessControl, Actor } from '../auth/access.ts';
 import type { ApiKeyService, KeyView } from '../auth/api-keys.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Invitation } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Logger } from '../logger.ts';
+import type { AccessControl, Actor } from './access.ts';
 import type { ActivityTracker } from './activity.ts';
 import { checkAssignableRole, keyGrantForRole } from './assign.ts';
 import type { AuditLog } from './audit.ts';

@@ -1,9 +1,9 @@
 import { ApiError } from '@anvil/shared';
-import type { AccessControl } from '../auth/access.ts';
 import type { KeyPolicy } from '../auth/api-keys.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { Database } from '../db/index.ts';
+import type { AccessControl } from './access.ts';
 import type { SettingsService } from './settings.ts';
 
 /**

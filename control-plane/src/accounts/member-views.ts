@@ -1,5 +1,5 @@
-import { type MemberAccess, permissionNames } from '../auth/access.ts';
 import type { Invitation, User } from '../db/generated/client.ts';
+import { type MemberAccess, permissionNames } from './access.ts';
 
 const iso = (date: Date | null | undefined) => (date ? date.toISOString() : null);
 

@@ -1,7 +1,7 @@
 import { ApiError } from '@anvil/shared';
-import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import type { Actor } from './access.ts';
 import { DeliveryError, type Notifier } from './notifications.ts';
 import { get, type SettingsService } from './settings.ts';
 import { checkEmail, checkHttpUrl, validationError } from './validation.ts';

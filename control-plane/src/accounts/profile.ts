@@ -3,10 +3,10 @@ import { mkdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ApiError } from '@anvil/shared';
 import sharp from 'sharp';
-import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Prisma, User } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { Actor } from './access.ts';
 import { avatarUrl } from './member-views.ts';
 import { checkEmail, checkHttpUrl, checkTimeZone, validationError } from './validation.ts';
 

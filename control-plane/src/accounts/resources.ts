@@ -1,8 +1,8 @@
 import { ApiError } from '@anvil/shared';
-import type { AccessControl, Actor, MemberAccess } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Resource } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { AccessControl, Actor, MemberAccess } from './access.ts';
 import type { ActivityTracker } from './activity.ts';
 import { type LimitationName, resourceTypeOf } from './roles.ts';
 

@@ -1,5 +1,5 @@
-import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
+import type { AccessControl, Actor } from './access.ts';
 import {
   MERGE_STRATEGIES,
   type MergeStrategy,

@@ -1,13 +1,13 @@
 import { ApiError, type KeyScope } from '@anvil/shared';
 import { Ajv, type ValidateFunction } from 'ajv';
 import addFormats from 'ajv-formats';
-import { type AccessControl, type Actor, holds, type MemberAccess } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import { SecretBox } from '../crypto/secret-box.ts';
 import type { Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import { IpRules } from '../proxy/ip-rules.ts';
 import { GPU_TYPES, REGIONS } from '../scheduler/gpu-types.ts';
+import { type AccessControl, type Actor, holds, type MemberAccess } from './access.ts';
 import type { AuditLog } from './audit.ts';
 import { GITHUB_USERNAME } from './profile.ts';
 import type { RolePermission, RoleScope } from './roles.ts';

@@ -1,9 +1,9 @@
 import { ApiError, newId } from '@anvil/shared';
 import type { AccessRevocations } from '../access-revocation/revocations.ts';
-import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { ResourceShare } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { AccessControl, Actor } from './access.ts';
 import type { ActivityTracker } from './activity.ts';
 import type { AuditLog } from './audit.ts';
 import { RESOURCE_PERMISSIONS, scopeOfResourceType } from './roles.ts';

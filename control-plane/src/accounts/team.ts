@@ -1,10 +1,10 @@
 import { ApiError } from '@anvil/shared';
 import type { AccessRevocations } from '../access-revocation/revocations.ts';
-import { type AccessControl, type Actor, holds, type MemberAccess } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { KeyResolver } from '../auth/key-resolver.ts';
 import type { User } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { type AccessControl, type Actor, holds, type MemberAccess } from './access.ts';
 import type { ActivityTracker } from './activity.ts';
 import { checkAssignableRole } from './assign.ts';
 import type { AuditLog } from './audit.ts';

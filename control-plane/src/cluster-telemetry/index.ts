@@ -2,7 +2,7 @@ import type { Clock } from '../auth/clock.ts';
 import type { ClusterAccess } from '../clusters/access.ts';
 import type { ClusterViewParts } from '../clusters/view-parts.ts';
 import type { Database } from '../db/index.ts';
-import type { TelemetryRetention } from '../telemetry/telemetry.ts';
+import type { TelemetryRetention } from '../fleet/telemetry/telemetry.ts';
 import { ClusterLogService } from './logs.ts';
 import { ClusterMetricsService } from './metrics.ts';
 import { DEFAULT_STREAM_OPTIONS, type LogStreamOptions } from './stream.ts';

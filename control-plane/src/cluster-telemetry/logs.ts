@@ -1,6 +1,6 @@
 import { ApiError } from '@anvil/shared';
 import type { Database } from '../db/index.ts';
-import type { TelemetryRetention } from '../telemetry/telemetry.ts';
+import type { TelemetryRetention } from '../fleet/telemetry/telemetry.ts';
 import { LEVEL_SQL, LOG_SOURCE, LOG_TYPE } from './levels.ts';
 import {
   compileLogQuery,

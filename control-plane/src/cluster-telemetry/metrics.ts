@@ -2,7 +2,7 @@ import { ApiError } from '@anvil/shared';
 import type { Clock } from '../auth/clock.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
-import type { TelemetryRetention } from '../telemetry/telemetry.ts';
+import type { TelemetryRetention } from '../fleet/telemetry/telemetry.ts';
 import {
   CUSTOM_PREFIX,
   METRIC_NAMES_HELP,

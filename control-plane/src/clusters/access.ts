@@ -1,6 +1,6 @@
 import { ApiError } from '@anvil/shared';
+import type { AccessControl, Actor, Decision, MemberAccess } from '../accounts/access.ts';
 import type { RolePermission } from '../accounts/roles.ts';
-import type { AccessControl, Actor, Decision, MemberAccess } from '../auth/access.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 

@@ -1,12 +1,12 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { systemClock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import { validSpec } from '../fleet/workloads/workloads.ts';
 import { Allocator } from '../scheduler/allocator.ts';
 import { driftedHosts } from '../scheduler/capacity.ts';
 import type { PlacementRequest } from '../scheduler/placement.ts';
 import { insertSimulatedHosts } from '../scheduler/simulated-hosts.ts';
 import { createTestDatabase, type TestDatabase } from '../testing/database.ts';
-import { validSpec } from '../workloads/workloads.ts';
 import { ClusterCreation, type CreateOutcome, clusterDraft, type NewCluster } from './creation.ts';
 import { workloadSpecOf } from './service.ts';
 

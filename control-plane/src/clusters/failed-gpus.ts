@@ -1,7 +1,7 @@
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
-import type { GpuHealthChange } from '../hosts/events.ts';
-import { describeReasons } from '../hosts/gpu-health.ts';
+import type { GpuHealthChange } from '../fleet/hosts/events.ts';
+import { describeReasons } from '../fleet/hosts/gpu-health.ts';
 
 /** What a failed GPU means for what runs on it (ANVIL_FAILED_GPU_POLICY). */
 export type FailedGpuPolicy = 'keep' | 'stop';

@@ -1,6 +1,6 @@
 import { ApiError } from '@anvil/shared';
 import type { Database } from '../db/index.ts';
-import type { Fleet } from '../hosts/fleet.ts';
+import type { Fleet } from '../fleet/hosts/fleet.ts';
 import {
   isSnapshotImage,
   requireOwnImage,

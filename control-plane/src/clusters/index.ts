@@ -2,7 +2,7 @@ import type { AccountServices } from '../accounts/index.ts';
 import type { Clock } from '../auth/clock.ts';
 import { PriceTable } from '../billing/prices.ts';
 import type { Database } from '../db/index.ts';
-import type { Fleet } from '../hosts/fleet.ts';
+import type { Fleet } from '../fleet/hosts/fleet.ts';
 import { type Logger, silentLogger } from '../logger.ts';
 import { Allocator } from '../scheduler/allocator.ts';
 import { Signal } from '../util/signal.ts';

@@ -4,7 +4,7 @@ import type { Clock } from '../auth/clock.ts';
 import { closeSession } from '../billing/sessions.ts';
 import type { Cluster, Prisma, Workload } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
-import type { Fleet } from '../hosts/fleet.ts';
+import type { Fleet } from '../fleet/hosts/fleet.ts';
 import type { Logger } from '../logger.ts';
 import { type Allocator, TX_OPTIONS } from '../scheduler/allocator.ts';
 import type { DeleteOptions, Operation, Phase, StopOptions } from './operation.ts';

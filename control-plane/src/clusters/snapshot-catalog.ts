@@ -1,7 +1,7 @@
 import { ApiError } from '@anvil/shared';
-import type { Actor } from '../auth/access.ts';
+import type { Actor } from '../accounts/access.ts';
 import type { Cluster } from '../db/generated/client.ts';
-import type { Fleet } from '../hosts/fleet.ts';
+import type { Fleet } from '../fleet/hosts/fleet.ts';
 import { snapshotRepository } from '../images/snapshot-images.ts';
 import type { ClusterAccess } from './access.ts';
 import { sizeGb } from './results.ts';

@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import { ApiError, newId } from '@anvil/shared';
-import type { AccessControl, Actor } from '../auth/access.ts';
+import type { AccessControl, Actor } from '../accounts/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Dataset, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';

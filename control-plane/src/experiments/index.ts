@@ -1,4 +1,4 @@
-import type { AccessControl } from '../auth/access.ts';
+import type { AccessControl } from '../accounts/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import type { Logger } from '../logger.ts';

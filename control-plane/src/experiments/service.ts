@@ -1,5 +1,5 @@
 import { ApiError, newId } from '@anvil/shared';
-import type { AccessControl, Actor } from '../auth/access.ts';
+import type { AccessControl, Actor } from '../accounts/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Experiment, ExperimentRun, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';

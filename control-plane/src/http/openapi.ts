@@ -1,7 +1,7 @@
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
-import { ACCESS_CONTROL_DESCRIPTION } from '../auth/access.ts';
+import { ACCESS_CONTROL_DESCRIPTION } from '../accounts/access.ts';
 import { FlatError, WrappedError } from './error-body.ts';
 import { RATE_LIMITS_DESCRIPTION } from './rate-limit.ts';
 

@@ -1,6 +1,6 @@
 import type { SettingsService } from '../accounts/settings.ts';
+import type { SpecResolver } from '../fleet/workloads/workloads.ts';
 import type { Logger } from '../logger.ts';
-import type { SpecResolver } from '../workloads/workloads.ts';
 import { type RegistrySetting, registryAuthFor } from './registry-auth.ts';
 import { isSnapshotImage } from './snapshot-images.ts';
 

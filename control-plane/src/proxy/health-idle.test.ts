@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../auth/clock.ts';
+import type { TunnelOpener } from '../fleet/tunnels/types.ts';
 import { testLogger } from '../testing/app.ts';
 import { createTestDatabase, type TestDatabase } from '../testing/database.ts';
 import { waitFor } from '../testing/wait.ts';
-import type { TunnelOpener } from '../tunnels/types.ts';
 import { HealthScheduler } from './health.ts';
 import { UpstreamPool } from './upstream.ts';
 

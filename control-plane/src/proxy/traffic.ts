@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { Clock } from '../auth/clock.ts';
 import type { Sql } from '../db/index.ts';
+import { type BatchBuffer, BatchWriter } from '../fleet/telemetry/batch-writer.ts';
 import { type Logger, silentLogger } from '../logger.ts';
-import { type BatchBuffer, BatchWriter } from '../telemetry/batch-writer.ts';
 import { Intervals } from '../util/intervals.ts';
 
 export interface AccessLogEntry {

@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Pool } from 'undici';
-import type { TunnelOpener } from '../tunnels/types.ts';
+import type { TunnelOpener } from '../fleet/tunnels/types.ts';
 
 /** Gives a plain Duplex the net.Socket methods an HTTP client may call on it. */
 export function socketLike<T extends Duplex>(stream: T): T {

@@ -1,6 +1,6 @@
 import { type AccountTier, ApiError, newId } from '@anvil/shared';
+import type { AccessControl, Actor } from '../accounts/access.ts';
 import type { AuditLog } from '../accounts/audit.ts';
-import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import { type Logger, silentLogger } from '../logger.ts';

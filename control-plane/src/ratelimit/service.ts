@@ -1,5 +1,5 @@
+import type { AccessControl, Actor } from '../accounts/access.ts';
 import type { AuditLog } from '../accounts/audit.ts';
-import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { Database } from '../db/index.ts';

@@ -3,8 +3,8 @@ import type { Clock } from '../auth/clock.ts';
 import { ClusterAccess } from '../clusters/access.ts';
 import type { Config } from '../config.ts';
 import type { Database } from '../db/index.ts';
+import type { ContainerStateListener, SpecResolver } from '../fleet/workloads/workloads.ts';
 import type { Logger } from '../logger.ts';
-import type { ContainerStateListener, SpecResolver } from '../workloads/workloads.ts';
 import { secretInjectionCounter, secretSpecResolver } from './injection.ts';
 import { SecretService } from './secrets.ts';
 

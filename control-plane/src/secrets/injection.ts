@@ -1,6 +1,6 @@
 import type { WorkloadSpec } from '@anvil/shared/protocol';
+import type { ContainerStateListener, SpecResolver } from '../fleet/workloads/workloads.ts';
 import type { Logger } from '../logger.ts';
-import type { ContainerStateListener, SpecResolver } from '../workloads/workloads.ts';
 import type { StoredPermissions } from './rules.ts';
 import type { SecretService } from './secrets.ts';
 

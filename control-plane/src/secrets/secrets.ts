@@ -1,6 +1,6 @@
 import { ApiError, newId } from '@anvil/shared';
+import type { AccessControl, Actor, MemberAccess } from '../accounts/access.ts';
 import type { AuditLog } from '../accounts/audit.ts';
-import type { AccessControl, Actor, MemberAccess } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { ClusterAccess } from '../clusters/access.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';

@@ -1,4 +1,4 @@
-import type { ExecSession, TunnelOpener } from '../tunnels/types.ts';
+import type { ExecSession, TunnelOpener } from '../fleet/tunnels/types.ts';
 import { ContainerShell } from './container-shell.ts';
 import type { ExecResult } from './exec-result.ts';
 import { SpareExec } from './spare-exec.ts';

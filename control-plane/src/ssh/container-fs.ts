@@ -1,5 +1,5 @@
 import { posix } from 'node:path';
-import type { ExecSession } from '../tunnels/types.ts';
+import type { ExecSession } from '../fleet/tunnels/types.ts';
 import { type ContainerExec, finished } from './container-exec.ts';
 
 /**

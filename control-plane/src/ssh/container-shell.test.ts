@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { PassThrough, Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
+import type { ExecSession } from '../fleet/tunnels/types.ts';
 import { waitFor } from '../testing/wait.ts';
-import type { ExecSession } from '../tunnels/types.ts';
 import { ContainerShell, type ExecOpener } from './container-shell.ts';
 import type { ExecResult } from './exec-result.ts';
 import { SpareExec } from './spare-exec.ts';

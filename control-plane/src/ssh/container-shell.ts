@@ -1,4 +1,4 @@
-import type { ExecSession } from '../tunnels/types.ts';
+import type { ExecSession } from '../fleet/tunnels/types.ts';
 import type { ExecResult } from './exec-result.ts';
 import { encodeRequest, HELPER_SCRIPT, ReplyReader, type ShellReply } from './shell-protocol.ts';
 

@@ -1,6 +1,6 @@
 import { PassThrough, Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import type { ExecSession } from '../tunnels/types.ts';
+import type { ExecSession } from '../fleet/tunnels/types.ts';
 import type { ContainerFs, FileWriteStream, FsResult, WriteOpenOptions } from './container-fs.ts';
 import { FileWriter } from './file-writer.ts';
 

@@ -1,16 +1,16 @@
 import type { AddressInfo } from 'node:net';
 import type { LiveSessions } from '../access-revocation/live-sessions.ts';
 import type { AccessRevocations } from '../access-revocation/revocations.ts';
+import type { AccessControl } from '../accounts/access.ts';
 import type { AuditLog } from '../accounts/audit.ts';
 import type { AccountIpPolicy } from '../accounts/settings-ip-policy.ts';
-import type { AccessControl } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import { ClusterAccess } from '../clusters/access.ts';
 import type { ClusterViewParts } from '../clusters/view-parts.ts';
 import type { Cluster } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import type { TunnelOpener } from '../fleet/tunnels/types.ts';
 import type { Logger } from '../logger.ts';
-import type { TunnelOpener } from '../tunnels/types.ts';
 import { SshGate } from './gate.ts';
 import { loadHostKey } from './host-key.ts';
 import { SshKeyService } from './keys.ts';

@@ -1,6 +1,6 @@
 import { ApiError, newId } from '@anvil/shared';
 import type { AccessRevocations } from '../access-revocation/revocations.ts';
-import type { Actor } from '../auth/access.ts';
+import type { Actor } from '../accounts/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { SshKey } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';

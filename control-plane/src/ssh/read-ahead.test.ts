@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import type { ExecSession } from '../tunnels/types.ts';
+import type { ExecSession } from '../fleet/tunnels/types.ts';
 import type { FileReadStream, FsResult } from './container-fs.ts';
 import { ReadAhead, ReadError } from './read-ahead.ts';
 

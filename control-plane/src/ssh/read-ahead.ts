@@ -1,4 +1,4 @@
-import type { ExecSession } from '../tunnels/types.ts';
+import type { ExecSession } from '../fleet/tunnels/types.ts';
 import { finished } from './container-exec.ts';
 import { errorOf, type FileReadStream, type FsError, type FsResult } from './container-fs.ts';
 

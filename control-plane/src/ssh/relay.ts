@@ -9,8 +9,8 @@ import ssh2, {
   type Session,
 } from 'ssh2';
 import type { LiveSessions } from '../access-revocation/live-sessions.ts';
+import type { ExecSession, TunnelOpener } from '../fleet/tunnels/types.ts';
 import type { Logger } from '../logger.ts';
-import type { ExecSession, TunnelOpener } from '../tunnels/types.ts';
 import { ContainerExec, finished } from './container-exec.ts';
 import { ContainerFs } from './container-fs.ts';
 import { SHELL_PERMISSION, type SshGate } from './gate.ts';

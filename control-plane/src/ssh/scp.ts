@@ -1,7 +1,7 @@
 import { posix } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
+import type { ExecSession } from '../fleet/tunnels/types.ts';
 import type { Logger } from '../logger.ts';
-import type { ExecSession } from '../tunnels/types.ts';
 import { ByteReader } from './byte-reader.ts';
 import {
   type ContainerFs,

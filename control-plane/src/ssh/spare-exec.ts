@@ -1,4 +1,4 @@
-import type { ExecSession } from '../tunnels/types.ts';
+import type { ExecSession } from '../fleet/tunnels/types.ts';
 import type { ExecOpener } from './container-shell.ts';
 import { encodeRequest, SPARE_SCRIPT } from './shell-protocol.ts';
 

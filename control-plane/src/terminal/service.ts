@@ -1,13 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { ApiError, newId } from '@anvil/shared';
 import type { LiveSessions } from '../access-revocation/live-sessions.ts';
-import type { Actor } from '../auth/access.ts';
+import type { Actor } from '../accounts/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Principal } from '../auth/principal.ts';
 import type { ClusterAccess } from '../clusters/access.ts';
+import type { ExecSession, TunnelOpener } from '../fleet/tunnels/types.ts';
 import type { Logger } from '../logger.ts';
 import { LOGIN_SHELL } from '../ssh/relay.ts';
-import type { ExecSession, TunnelOpener } from '../tunnels/types.ts';
 import { OutputBuffer } from './output-buffer.ts';
 
 export const TERMINAL_DEFAULTS = {

@@ -1,10 +1,10 @@
 import { systemClock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
-import { Dispatcher } from '../endpoints/dispatcher.ts';
-import { JobQueue } from '../endpoints/jobs.ts';
-import { RunpodBridge } from '../endpoints/runpod/bridge.ts';
-import type { WorkerClient } from '../endpoints/worker-client.ts';
 import { silentLogger } from '../logger.ts';
+import { Dispatcher } from '../serverless/dispatcher.ts';
+import { JobQueue } from '../serverless/jobs.ts';
+import { RunpodBridge } from '../serverless/runpod/bridge.ts';
+import type { WorkerClient } from '../serverless/worker-client.ts';
 
 /**
  * Two started dispatchers on one database, as two control-plane replicas would run them, for tests of

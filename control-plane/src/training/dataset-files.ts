@@ -5,7 +5,7 @@ import {
   type WorkloadSpec,
 } from '@anvil/shared/protocol';
 import type { Database } from '../db/index.ts';
-import type { SpecResolver } from '../workloads/workloads.ts';
+import type { SpecResolver } from '../fleet/workloads/workloads.ts';
 import { CODE_PATH, DATASET_DIR } from './contract.ts';
 
 const READ_ONLY = 0o444;

@@ -2,10 +2,10 @@ import type { WorkloadSpec } from '@anvil/shared/protocol';
 import type { Clock } from '../auth/clock.ts';
 import { Prisma, type TrainingJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
-import type { FleetEvents } from '../hosts/events.ts';
+import type { FleetEvents } from '../fleet/hosts/events.ts';
+import { workerLimits } from '../fleet/workloads/limits.ts';
 import { TX_OPTIONS } from '../scheduler/allocator.ts';
 import { lockHost, refreshHost } from '../scheduler/capacity.ts';
-import { workerLimits } from '../workloads/limits.ts';
 import {
   CHECKPOINT_DIR,
   CODE_PATH,

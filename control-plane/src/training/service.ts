@@ -1,10 +1,10 @@
 import { ApiError, newId } from '@anvil/shared';
+import type { Actor } from '../accounts/access.ts';
 import type { AccountServices } from '../accounts/index.ts';
-import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import { Prisma, type TrainingJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
-import type { Fleet } from '../hosts/fleet.ts';
+import type { Fleet } from '../fleet/hosts/fleet.ts';
 import type { Logger } from '../logger.ts';
 import { syncCapacity } from '../scheduler/capacity.ts';
 import { listOrderBy } from '../util/list-order.ts';

@@ -1,7 +1,7 @@
 import { ApiError, newId } from '@anvil/shared';
+import type { Actor } from '../accounts/access.ts';
 import type { Notifier } from '../accounts/notifications.ts';
 import type { SettingsService } from '../accounts/settings.ts';
-import type { Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Prisma, UsageAlert } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';

@@ -89,7 +89,7 @@ interface SpanRow {
  * samples of exactly the GPUs each session held, over the part of the session inside the period. A
  * closed session names its host and GPU UUIDs in its usage record (billing/sessions.ts,
  * billing/worker-sessions.ts); an open one is looked up from the cluster or worker holding the GPUs now.
- * Samples are kept as rollups for a month (telemetry/telemetry.ts): older periods answer null.
+ * Samples are kept as rollups for a month (fleet/telemetry/telemetry.ts): older periods answer null.
  */
 export class GpuHistory {
   constructor(private readonly db: Database) {}

@@ -1,6 +1,6 @@
 import { ApiError } from '@anvil/shared';
+import type { AccessControl, Actor } from '../accounts/access.ts';
 import type { SettingsService } from '../accounts/settings.ts';
-import type { AccessControl, Actor } from '../auth/access.ts';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import type { GpuHistory, GpuStats } from './gpu-history.ts';

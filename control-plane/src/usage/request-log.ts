@@ -1,8 +1,8 @@
 import type { Clock } from '../auth/clock.ts';
 import { batchRowsFor, betweenStatements } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
+import { type BatchBuffer, BatchWriter } from '../fleet/telemetry/batch-writer.ts';
 import { type Logger, silentLogger } from '../logger.ts';
-import { type BatchBuffer, BatchWriter } from '../telemetry/batch-writer.ts';
 import { Intervals } from '../util/intervals.ts';
 
 /** One authenticated API request, as /v2/analytics/api-usage counts it. */

@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AGENT_TUNNEL_PATH, type CommandBody, TUNNEL_HEADERS, TUNNEL_UPGRADE } from '@anvil/shared/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TunnelService } from '../fleet/tunnels/service.ts';
 import { createTestApp, type TestApp, testLogger } from '../testing/index.ts';
 import { workloadSpecInput } from '../testing/workload-spec.ts';
-import { TunnelService } from '../tunnels/service.ts';
 import { TransferMeter } from './transfer-meter.ts';
 
 type OpenTunnel = Extract<CommandBody, { name: 'open_tunnel' }>;

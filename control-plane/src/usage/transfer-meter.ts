@@ -4,7 +4,7 @@ import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
 import type { Logger } from '../logger.ts';
 
-/** What a workload's spec labels say it belongs to (clusters/service.ts, endpoints/workers.ts, training). */
+/** What a workload's spec labels say it belongs to (clusters/service.ts, serverless/workers.ts, training). */
 const RESOURCE_LABELS = [
   ['anvil.cluster', 'cluster'],
   ['anvil.endpoint', 'endpoint'],

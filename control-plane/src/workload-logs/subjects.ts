@@ -1,8 +1,8 @@
 import { ApiError } from '@anvil/shared';
-import type { Actor } from '../auth/access.ts';
+import type { Actor } from '../accounts/access.ts';
 import type { LogSubject } from '../cluster-telemetry/logs.ts';
 import type { Database } from '../db/index.ts';
-import type { EndpointService } from '../endpoints/service.ts';
+import type { EndpointService } from '../serverless/service.ts';
 import { workloadIdOf } from '../training/launcher.ts';
 import type { TrainingService } from '../training/service.ts';
 

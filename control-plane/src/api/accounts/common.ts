@@ -1,6 +1,6 @@
 import { type TSchema, Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
-import type { Actor } from '../../auth/access.ts';
+import type { Actor } from '../../accounts/access.ts';
 
 /** The caller of an authenticated route, as the domain sees it. */
 export function actorOf(request: FastifyRequest): Actor {

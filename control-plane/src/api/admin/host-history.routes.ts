@@ -1,7 +1,7 @@
 import { ApiError } from '@anvil/shared';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AppContext } from '../../context.ts';
-import { HOST_EVENT_TYPES } from '../../hosts/event-log.ts';
+import { HOST_EVENT_TYPES } from '../../fleet/hosts/event-log.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import {
   HostEventsQuery,

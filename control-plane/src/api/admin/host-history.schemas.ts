@@ -1,5 +1,5 @@
 import { type TSchema, Type } from '@sinclair/typebox';
-import { HOST_EVENT_TYPES } from '../../hosts/event-log.ts';
+import { HOST_EVENT_TYPES } from '../../fleet/hosts/event-log.ts';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 const DateTime = Type.String({ format: 'date-time' });

@@ -3,7 +3,7 @@ import { ApiError } from '@anvil/shared';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import type { AppContext } from '../../context.ts';
-import type { ControlPlaneMetrics } from '../../telemetry/prometheus.ts';
+import type { ControlPlaneMetrics } from '../../fleet/telemetry/prometheus.ts';
 
 function sameSecret(given: string, expected: string): boolean {
   const a = Buffer.from(given);

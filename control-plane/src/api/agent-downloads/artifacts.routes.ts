@@ -9,7 +9,7 @@ import { ARTIFACT_ARCHES, type ArtifactArch, isArtifactArch } from '../../agent-
 import type { ArtifactInfo } from '../../agent-artifacts/store.ts';
 import { AGENT_VERSION_PATTERN } from '../../config.ts';
 import type { AppContext } from '../../context.ts';
-import { artifactPath } from '../../hosts/agent-versions.ts';
+import { artifactPath } from '../../fleet/hosts/agent-versions.ts';
 
 const INSTALL_SCRIPT = join(
   dirname(fileURLToPath(import.meta.url)),

@@ -1,10 +1,10 @@
-import { AUTOSCALING_FORMULA } from '../../endpoints/autoscaler.ts';
-import { BOUNDS } from '../../endpoints/configuration.ts';
-import { DEFAULT_SYNC_WAIT_MS, HEALTH_WINDOW_MS, MAX_SYNC_WAIT_MS } from '../../endpoints/execution.ts';
-import { MAX_ATTEMPTS } from '../../endpoints/jobs.ts';
-import { WEBHOOK_DELAYS_MS } from '../../endpoints/maintenance.ts';
-import { RUNPOD_PING_INTERVAL_MS } from '../../endpoints/runpod/environment.ts';
-import { DEFAULT_HOLD_MS } from '../../endpoints/runpod/worker-api.ts';
+import { AUTOSCALING_FORMULA } from '../../serverless/autoscaler.ts';
+import { BOUNDS } from '../../serverless/configuration.ts';
+import { DEFAULT_SYNC_WAIT_MS, HEALTH_WINDOW_MS, MAX_SYNC_WAIT_MS } from '../../serverless/execution.ts';
+import { MAX_ATTEMPTS } from '../../serverless/jobs.ts';
+import { WEBHOOK_DELAYS_MS } from '../../serverless/maintenance.ts';
+import { RUNPOD_PING_INTERVAL_MS } from '../../serverless/runpod/environment.ts';
+import { DEFAULT_HOLD_MS } from '../../serverless/runpod/worker-api.ts';
 
 /** The design choices the spec leaves open, written once and shown in the OpenAPI descriptions. */
 

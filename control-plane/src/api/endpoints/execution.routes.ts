@@ -1,8 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.ts';
-import { DEFAULT_STREAM_WAIT_MS, DEFAULT_SYNC_WAIT_MS } from '../../endpoints/execution.ts';
 import { flatErrors } from '../../http/error-body.ts';
+import { DEFAULT_STREAM_WAIT_MS, DEFAULT_SYNC_WAIT_MS } from '../../serverless/execution.ts';
 import { actorOf } from '../accounts/common.ts';
 import { EXEC_ACCESS, EXECUTION, QUEUE_HEALTH, RUNSYNC, STATUS_SYNC, WORKERS } from './docs.ts';
 import {

@@ -1,8 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.ts';
-import type { HealthInclude } from '../../endpoints/health.ts';
 import { flatErrors } from '../../http/error-body.ts';
+import type { HealthInclude } from '../../serverless/health.ts';
 import { actorOf } from '../accounts/common.ts';
 import { ACCESS, CONFIGURATION, HEALTH, WORKERS } from './docs.ts';
 import {

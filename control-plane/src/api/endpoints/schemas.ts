@@ -1,12 +1,12 @@
 import { Type } from '@sinclair/typebox';
+import { GPU_TYPES } from '../../scheduler/gpu-types.ts';
 import {
   MAX_EXECUTION_TIMEOUT_MS,
   MAX_TTL_MS,
   MIN_EXECUTION_TIMEOUT_MS,
   MIN_TTL_MS,
-} from '../../endpoints/jobs.ts';
-import { ENDPOINT_STATUSES, JOB_STATUSES } from '../../endpoints/states.ts';
-import { GPU_TYPES } from '../../scheduler/gpu-types.ts';
+} from '../../serverless/jobs.ts';
+import { ENDPOINT_STATUSES, JOB_STATUSES } from '../../serverless/states.ts';
 import { AnyObject, DateTime, Nullable } from '../accounts/common.ts';
 import { MAX_INT32 } from '../bounds.ts';
 

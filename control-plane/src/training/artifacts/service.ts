@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
 import { ApiError } from '@anvil/shared';
 import type { FileStat } from '@anvil/shared/protocol';
-import type { Actor } from '../../auth/access.ts';
+import type { Actor } from '../../accounts/access.ts';
 import type { Clock } from '../../auth/clock.ts';
 import type { TrainingArtifact, TrainingJob } from '../../db/generated/client.ts';
 import type { Database } from '../../db/index.ts';
