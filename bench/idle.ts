@@ -10,6 +10,7 @@ import { createServer } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { CONTROL_PLANE_NODE_FLAGS } from '@anvil/control-plane';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const TICKS_PER_SECOND = 100;
@@ -88,7 +89,7 @@ export async function runIdleBench(
   const [proxyPort, sshPort] = [await freePort(), await freePort()];
   const controlPlane = spawn(
     process.execPath,
-    ['--import', 'tsx', join(ROOT, 'control-plane', 'src', 'main.ts')],
+    [...CONTROL_PLANE_NODE_FLAGS, '--import', 'tsx', join(ROOT, 'control-plane', 'src', 'main.ts')],
     {
       cwd: ROOT,
       stdio: ['ignore', 'ignore', 'inherit'],

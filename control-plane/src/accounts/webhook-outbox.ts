@@ -1,5 +1,6 @@
 import type { Prisma, PrismaClient } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { safetySweepMs } from '../db/index.ts';
 import type { Logger } from '../logger.ts';
 import { DueLoop } from '../util/due-loop.ts';
 import type { Notifier } from './notifications.ts';
@@ -90,7 +91,7 @@ export class WebhookOutbox {
       run: () => this.tick(),
       onError: (error) => this.deps.logger.warn({ err: error }, 'webhook outbox pass failed'),
       minGapMs: every,
-      sweepMs: this.deps.sweepMs ?? 60_000,
+      sweepMs: this.deps.sweepMs ?? safetySweepMs(this.deps.db),
     });
     this.loop = loop;
     loop.start();

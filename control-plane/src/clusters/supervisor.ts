@@ -1,6 +1,7 @@
 import type { WorkloadStatus } from '@anvil/shared/protocol';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import { safetySweepMs } from '../db/index.ts';
 import type { Logger } from '../logger.ts';
 import type { Allocator } from '../scheduler/allocator.ts';
 import { PassLoop } from '../util/pass-loop.ts';
@@ -67,7 +68,7 @@ export class ClusterSupervisor {
     options: SupervisorOptions = {},
   ) {
     this.#busyMs = options.busyIntervalMs ?? 100;
-    this.#idleMs = options.idleIntervalMs ?? 60_000;
+    this.#idleMs = options.idleIntervalMs ?? safetySweepMs(d.db);
     this.#syncMs = options.capacitySyncMs ?? 3_000;
     this.#loop = new PassLoop({
       run: (kicked) => this.#pass(kicked),

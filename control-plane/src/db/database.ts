@@ -37,6 +37,26 @@ export interface Database {
   close(): Promise<void>;
 }
 
+/**
+ * True when no other process can open the database: PGlite's data directory is held by this process
+ * alone. Every change to the data is then made here and announced in-process, so work that exists to
+ * catch what another replica did (leader locks, reloads after a NOTIFY that may have been lost) has
+ * nothing to catch, and only costs the API's thread (PGlite runs in it).
+ */
+export function soleProcess(db: Pick<Database, 'kind'>): boolean {
+  return db.kind === 'pglite';
+}
+
+/**
+ * The longest sleep of a loop that otherwise wakes on events and on the next due time it computed.
+ * With other replicas (PostgreSQL) the sweep catches a change whose NOTIFY was lost with a dropped
+ * connection: 60 s. In a sole process every change wakes its loop in-process, and the sweep only covers
+ * a wake-up the code forgot: 5 min.
+ */
+export function safetySweepMs(db: Pick<Database, 'kind'>): number {
+  return soleProcess(db) ? 300_000 : 60_000;
+}
+
 export function openPglite(client: PGlite): Database {
   const prisma = new PrismaClient({ adapter: new PrismaPGlite(client) });
   const prepared = new PglitePrepared(client);

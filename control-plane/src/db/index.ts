@@ -3,7 +3,14 @@ import { migrate } from './migrator.ts';
 
 export { batchRowsFor, betweenStatements, IN_THREAD_BATCH_ROWS } from './batching.ts';
 export type { Database, Sql } from './database.ts';
-export { openDatabase, openEmbedded, openPglite, openPostgres } from './database.ts';
+export {
+  openDatabase,
+  openEmbedded,
+  openPglite,
+  openPostgres,
+  safetySweepMs,
+  soleProcess,
+} from './database.ts';
 export { migrate, readMigrations } from './migrator.ts';
 
 /** Opens the configured database and brings its schema up to date. */

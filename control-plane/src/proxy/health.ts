@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import { safetySweepMs } from '../db/index.ts';
 import { DueLoop } from '../util/due-loop.ts';
 import { type HealthCheck, healthCheckOf } from './types.ts';
 import type { UpstreamPool } from './upstream.ts';
@@ -101,7 +102,7 @@ export class HealthScheduler {
       run: () => this.pass(),
       onError: (error) => this.options.logger.warn({ err: error }, 'proxy health pass failed'),
       minGapMs: this.options.tickMs ?? 1_000,
-      sweepMs: this.options.sweepMs ?? 60_000,
+      sweepMs: this.options.sweepMs ?? safetySweepMs(this.options.db),
     });
   }
 
@@ -149,7 +150,7 @@ export class HealthScheduler {
   /** Starts the probes due; resolves to the ms until the next one (or the sweep) is due. */
   private async pass(): Promise<number> {
     const { db, clock } = this.options;
-    const sweepMs = this.options.sweepMs ?? 60_000;
+    const sweepMs = this.options.sweepMs ?? safetySweepMs(db);
     if (clock.now().getTime() - this.listedAt >= sweepMs) {
       this.listedAt = clock.now().getTime();
       this.mappings = await db.sql.query<Mapping>(

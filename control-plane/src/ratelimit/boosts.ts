@@ -2,7 +2,7 @@ import { type AccountTier, ApiError, newId } from '@anvil/shared';
 import type { AccessControl, Actor } from '../accounts/access.ts';
 import type { AuditLog } from '../accounts/audit.ts';
 import type { Clock } from '../auth/clock.ts';
-import type { Database } from '../db/index.ts';
+import { type Database, soleProcess } from '../db/index.ts';
 import { type Logger, silentLogger } from '../logger.ts';
 
 /** A temporary multiplier on an account's rate limits (POST /v2/auth/temporary-boost). */
@@ -59,7 +59,8 @@ export function parseBoostDuration(duration: string): number {
 /**
  * Boosts: recorded in rate_limit_boosts with their reason and the key that asked, and held in memory for
  * the hot path. Every process loads the active boosts at start, again whenever another process announces
- * one (LISTEN/NOTIFY), and every 30 s as a safety net; expiry is checked against the clock at use.
+ * one (LISTEN/NOTIFY), and every 30 s as a safety net for a lost NOTIFY (not in a sole process, PGlite: every
+ * boost is asked for through it); expiry is checked against the clock at use.
  *
  * Asking needs manage_billing on the billing scope (owner, admin): a boost spends the operator's capacity
  * as a tier upgrade would. One boost at a time per account: asking while one is active answers 409
@@ -78,12 +79,13 @@ export class BoostRegistry {
     private readonly access: AccessControl,
     private readonly audit: AuditLog,
     private readonly logger: Logger = silentLogger,
-    private readonly refreshMs = 30_000,
+    private readonly refreshMs: number | null = soleProcess(db) ? null : 30_000,
   ) {}
 
   async start(): Promise<void> {
     this.unlisten = await this.db.listen(CHANNEL, () => void this.reloadQuietly());
     await this.reload();
+    if (this.refreshMs === null) return;
     this.timer = setInterval(() => void this.reloadQuietly(), this.refreshMs);
     this.timer.unref();
   }

@@ -32,7 +32,9 @@ class MemoryStore implements CounterStore {
     }
     return out;
   }
+  purges = 0;
   async purgeExpired() {
+    this.purges++;
     return 0;
   }
   total(check: LimitCheck, now: number) {
@@ -216,6 +218,28 @@ describe('SharedCounterLimiter', () => {
       expect(store.writes).toBe(written);
       await vi.advanceTimersByTimeAsync(1);
       expect(store.writes).toBe(written + 1);
+    } finally {
+      await limiter.stop();
+      vi.useRealTimers();
+    }
+  });
+
+  it.each([
+    [true, 600_000],
+    [false, 60_000],
+  ])('with statements in this thread (%s) purges expired counters every %i ms', async (inThread, everyMs) => {
+    // Expired rows are never read; on PGlite each DELETE runs in the API's thread, so it comes seldom there.
+    vi.useFakeTimers();
+    const store = new MemoryStore(inThread);
+    const clock = new ManualClock(new Date('2026-05-01T10:00:00.000Z'));
+    const limiter = new SharedCounterLimiter({ store, clock });
+    try {
+      await limiter.start();
+      expect(store.purges).toBe(1);
+      await vi.advanceTimersByTimeAsync(everyMs - 1);
+      expect(store.purges).toBe(1);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(store.purges).toBe(2);
     } finally {
       await limiter.stop();
       vi.useRealTimers();

@@ -101,7 +101,9 @@ export class SharedCounterLimiter {
     // runs in the API's own thread (PGlite), whose only process counts exactly whatever the interval.
     this.syncIntervalMs = options.syncIntervalMs ?? (options.store.inThread ? 2_500 : 1_000);
     this.staleAfterMs = options.staleAfterMs ?? 5_000;
-    this.purgeIntervalMs = options.purgeIntervalMs ?? 60_000;
+    // Expired counters are only dead rows (never read): every minute on a server, every 10 min where the
+    // DELETE runs in the API's own thread.
+    this.purgeIntervalMs = options.purgeIntervalMs ?? (options.store.inThread ? 600_000 : 60_000);
     this.logger = options.logger ?? silentLogger;
     this.sync = coalesced(() => this.flush());
   }

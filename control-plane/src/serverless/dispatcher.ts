@@ -2,6 +2,7 @@ import { randomBase36 } from '@anvil/shared';
 import type { Clock } from '../auth/clock.ts';
 import type { EndpointJob } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { safetySweepMs } from '../db/index.ts';
 import type { Logger } from '../logger.ts';
 import { PassLoop } from '../util/pass-loop.ts';
 import type { JobOutcome, JobQueue } from './jobs.ts';
@@ -101,7 +102,7 @@ export class Dispatcher {
     this.#leaseMs = options.leaseMs ?? 15_000;
     this.#renewMs = options.renewMs ?? 2_000;
     this.#idleMs = options.idleMs ?? 250;
-    this.#sweepMs = options.sweepMs ?? 60_000;
+    this.#sweepMs = options.sweepMs ?? safetySweepMs(d.db);
     this.#loop = new PassLoop({
       run: () => this.#pass(),
       // Another look at once while jobs were started: more may be waiting for the slots left. Jobs left

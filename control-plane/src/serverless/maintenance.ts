@@ -1,5 +1,6 @@
 import type { Clock } from '../auth/clock.ts';
 import type { Database } from '../db/index.ts';
+import { safetySweepMs } from '../db/index.ts';
 import type { Logger } from '../logger.ts';
 import { DueLoop } from '../util/due-loop.ts';
 import { outboundRequest } from '../util/outbound-guard.ts';
@@ -13,9 +14,6 @@ const WEBHOOK_TIMEOUT_MS = 10_000;
 const WEBHOOK_CLAIM_MS = 30_000;
 const PRUNE_EVERY_MS = 10 * 60_000;
 
-/** The safety sweep: a pass at least this often, for work no event announced (see QueueMaintenance). */
-const SWEEP_MS = 60_000;
-
 /**
  * The queue's housekeeping, run by every replica (each statement is safe with several): leases that ran
  * out (the replica running the job died) and ttls that passed, the jobs' webhooks, and pruning.
@@ -24,8 +22,8 @@ const SWEEP_MS = 60_000;
  * ttl, webhook attempt or prune) and sleeps until then. wake() brings a pass forward for changes this
  * replica makes or hears of (a job queued, finished, cancelled: the dispatcher's events, NOTIFYs from other
  * replicas included); passes stay at least `intervalMs` apart however often it is woken. The one timer left
- * besides that is the safety sweep (SWEEP_MS, or `sweepMs`), for what no event announced here: a lease
- * claimed on another replica after this one's last pass, whose replica then died.
+ * besides that is the safety sweep (`sweepMs`, db/database.ts#safetySweepMs), for what no event announced
+ * here: a lease claimed on another replica after this one's last pass, whose replica then died.
  */
 export class QueueMaintenance {
   readonly #loop: DueLoop;
@@ -43,7 +41,7 @@ export class QueueMaintenance {
       logger: Logger;
     },
     intervalMs = 1_000,
-    sweepMs = SWEEP_MS,
+    sweepMs = safetySweepMs(d.db),
   ) {
     this.#loop = new DueLoop({
       run: () => this.tick(),

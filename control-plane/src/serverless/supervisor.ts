@@ -3,6 +3,7 @@ import type { Clock } from '../auth/clock.ts';
 import { billingStartOf, openWorkerSession } from '../billing/worker-sessions.ts';
 import type { Endpoint, EndpointWorker, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { safetySweepMs, soleProcess } from '../db/index.ts';
 import type { Logger } from '../logger.ts';
 import { PassLoop } from '../util/pass-loop.ts';
 import { decideScale, type ScaleState } from './autoscaler.ts';
@@ -35,8 +36,6 @@ const RUNPOD_SILENCE_MS = 3 * RUNPOD_PING_INTERVAL_MS;
 
 /** Advisory lock key: one supervisor pass at a time across replicas. */
 const LOCK_KEY = 7_245_318_301;
-/** With no endpoint, the longest wait for a pass (a safety sweep: creating one kicks the loop). */
-const IDLE_SWEEP_MS = 60_000;
 
 interface WorkloadState {
   id: string;
@@ -86,7 +85,7 @@ export class EndpointSupervisor {
       run: () => this.pass(),
       // No endpoint at all (nor a worker left to stop): nothing to reconcile until a kick (an endpoint
       // created or changed, a job queued, a container's state) or the safety sweep.
-      after: () => (this.#noEndpoints ? IDLE_SWEEP_MS : this.#o.intervalMs),
+      after: () => (this.#noEndpoints ? safetySweepMs(this.d.db) : this.#o.intervalMs),
       failedMs: this.#o.intervalMs,
       kickedMs: 50,
       onError: (error) => this.d.logger.error({ err: error }, 'endpoint supervisor pass failed'),
@@ -118,32 +117,39 @@ export class EndpointSupervisor {
 
   /** One pass over every endpoint that has or should have workers. */
   async pass(): Promise<void> {
+    // The lock keeps replicas' passes apart; a sole process (PGlite) has no one to keep out, and its one
+    // session would take the lock again anyway. Its loop runs one pass at a time.
+    if (soleProcess(this.d.db)) return this.#reconcileAll();
     await this.d.db.session(async (sql) => {
       const [lock] = await sql.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [LOCK_KEY]);
       if (!lock?.ok) return;
       try {
-        const endpoints = await this.d.db.prisma.endpoint.findMany({
-          where: {
-            OR: [
-              { deletedAt: null },
-              { workers: { some: { status: { in: ['starting', 'ready', 'draining'] } } } },
-            ],
-          },
-          orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
-          take: 1000,
-        });
-        this.#noEndpoints = endpoints.length === 0;
-        for (const endpoint of endpoints) {
-          try {
-            await this.reconcile(endpoint);
-          } catch (error) {
-            this.d.logger.error({ err: error, endpoint_id: endpoint.id }, 'endpoint reconcile failed');
-          }
-        }
+        await this.#reconcileAll();
       } finally {
         await sql.query('SELECT pg_advisory_unlock($1)', [LOCK_KEY]);
       }
     });
+  }
+
+  async #reconcileAll(): Promise<void> {
+    const endpoints = await this.d.db.prisma.endpoint.findMany({
+      where: {
+        OR: [
+          { deletedAt: null },
+          { workers: { some: { status: { in: ['starting', 'ready', 'draining'] } } } },
+        ],
+      },
+      orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
+      take: 1000,
+    });
+    this.#noEndpoints = endpoints.length === 0;
+    for (const endpoint of endpoints) {
+      try {
+        await this.reconcile(endpoint);
+      } catch (error) {
+        this.d.logger.error({ err: error, endpoint_id: endpoint.id }, 'endpoint reconcile failed');
+      }
+    }
   }
 
   async reconcile(endpoint: Endpoint): Promise<void> {

@@ -2,6 +2,7 @@ import type { WorkloadStatus } from '@anvil/shared/protocol';
 import type { Clock } from '../auth/clock.ts';
 import type { TrainingJob, Workload } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
+import { safetySweepMs } from '../db/index.ts';
 import type { Logger } from '../logger.ts';
 import { PassLoop } from '../util/pass-loop.ts';
 import { closeJobSession } from './billing.ts';
@@ -111,9 +112,6 @@ export function verdict(
   return { kind: 'wait' };
 }
 
-/** With nothing open, the longest wait for a pass: a safety sweep (every change kicks the loop). */
-const QUIET_SWEEP_MS = 60_000;
-
 export interface TrainingSupervisorOptions {
   busyIntervalMs?: number;
   idleIntervalMs?: number;
@@ -156,7 +154,7 @@ export class TrainingSupervisor {
       run: () => this.pass(),
       // Quiet (no open job, nothing to release, no recent tail, no open tuning job): nothing is due until a
       // kick (a job or tuning job created or changed, a worker container's state) or the safety sweep.
-      after: (busy) => (busy ? this.#busyMs : this.#quiet ? QUIET_SWEEP_MS : this.#idleMs),
+      after: (busy) => (busy ? this.#busyMs : this.#quiet ? safetySweepMs(this.d.db) : this.#idleMs),
       failedMs: this.#idleMs,
       onError: (error) => this.d.logger.error({ err: error }, 'training supervisor pass failed'),
     });

@@ -6,7 +6,7 @@ import { CLOSE_CODES, type CommandBody, MAX_FRAME_BYTES, RequestTimeoutError } f
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Clock } from '../../auth/clock.ts';
 import type { Config } from '../../config.ts';
-import type { Database } from '../../db/index.ts';
+import { type Database, soleProcess } from '../../db/index.ts';
 import { type Logger, silentLogger } from '../../logger.ts';
 import type { FleetEvents } from '../hosts/events.ts';
 import type { GpuHealthService } from '../hosts/gpu-health.ts';
@@ -221,6 +221,7 @@ export class AgentGateway {
     const previous = this.#byHost.get(hostId);
     this.#byHost.set(hostId, connection);
     this.#countConnected();
+    this.#livenessDueAt = Math.min(this.#livenessDueAt, this.#o.clock.now().getTime() + this.#graceMs());
     if (previous && previous !== connection) previous.replaced();
     await this.#publish({ t: 'connected', hostId, connectionId: connection.id });
   }
@@ -437,6 +438,8 @@ export class AgentGateway {
     if (this.#heartbeats.size === 0) return;
     const beats = [...this.#heartbeats].map(([hostId, at]) => ({ hostId, at: new Date(at) }));
     this.#heartbeats.clear();
+    // A host these beats make ready again can go silent from now on.
+    this.#livenessDueAt = Math.min(this.#livenessDueAt, this.#o.clock.now().getTime() + this.#graceMs());
     const recovered = await this.#o.hosts.recordHeartbeats(beats);
     for (const hostId of recovered) this.#logger.info({ hostId }, 'host is ready again: heartbeats resumed');
   }
@@ -446,16 +449,23 @@ export class AgentGateway {
    * marks every host (whichever process held it) without a heartbeat within the grace period
    * unreachable, with its workloads. Returns the hosts newly marked.
    */
+  #graceMs(): number {
+    return this.#o.config.hostGraceSeconds * 1000;
+  }
+
   async checkLiveness(): Promise<string[]> {
-    const graceMs = this.#o.config.hostGraceSeconds * 1000;
+    const graceMs = this.#graceMs();
     const now = this.#o.clock.now().getTime();
     for (const connection of this.#byHost.values()) connection.checkHeartbeat(now, graceMs);
     if (now < this.#livenessDueAt) return [];
     await this.flushHeartbeats();
     const { lost, oldestBeat } = await this.#o.hosts.markUnreachable(new Date(now - graceMs));
     // No ready host can go silent before its last heartbeat + grace; a host that becomes ready after this
-    // look (here or on another replica) beats at that moment, so not before now + grace either.
-    this.#livenessDueAt = Math.min(now, oldestBeat?.getTime() ?? now) + graceMs;
+    // look (here or on another replica) beats at that moment, so not before now + grace either. In a sole
+    // process with no host ready, a host becomes ready only through this process (a welcome, heartbeats),
+    // which brings the next look forward: until then there is nothing to look for.
+    if (oldestBeat === null && soleProcess(this.#o.db)) this.#livenessDueAt = Number.POSITIVE_INFINITY;
+    else this.#livenessDueAt = Math.min(now, oldestBeat?.getTime() ?? now) + graceMs;
     for (const host of lost) {
       this.#o.metrics.hostsUnreachable.inc();
       this.#logger.warn(

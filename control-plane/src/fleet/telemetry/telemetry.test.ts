@@ -1,6 +1,7 @@
 import type { MetricSample } from '@anvil/shared/protocol';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../testing/clock.ts';
+import type { Database, Sql } from '../../db/index.ts';
 import { createTestDatabase, type TestDatabase } from '../../testing/database.ts';
 import { ControlPlaneMetrics } from './prometheus.ts';
 import { DEFAULT_RETENTION, TelemetryService } from './telemetry.ts';
@@ -168,5 +169,56 @@ describe('telemetry rollups and retention', () => {
     await telemetry.flush();
     expect((await telemetry.purge()).metricSamples).toBe(0);
     expect(await telemetry.queryMetrics(range)).toHaveLength(1);
+  });
+
+  it('in a sole process, a maintenance round with nothing new runs no statement; purges come every 10 min', async () => {
+    // The same database, seen as a sole process (PGlite's kind) whose statements are counted.
+    const statements: string[] = [];
+    const counted = (sql: Sql): Sql => ({
+      ...sql,
+      query: (text, params, name) => {
+        statements.push(text);
+        return sql.query(text, params, name);
+      },
+    });
+    const sole: Database = {
+      ...database.db,
+      kind: 'pglite',
+      sql: counted(database.db.sql),
+      session: (work) => database.db.session((sql) => work(counted(sql))),
+    };
+    const quiet = new TelemetryService(sole, clock, new ControlPlaneMetrics(), { flushIntervalMs: 3_600_000 });
+    try {
+      quiet.ingestMetrics(HOST, [containerSample(T0 + 5_000, 10, 100)], 0);
+      await quiet.flush();
+      clock.advance(15_000);
+      await quiet.maintain();
+      expect(await quiet.queryRollups(range)).toHaveLength(1);
+      expect(statements.some((text) => text.includes('DELETE FROM metric_samples'))).toBe(true);
+      // No advisory lock: no other process to keep out.
+      expect(statements.some((text) => text.includes('pg_try_advisory_lock'))).toBe(false);
+
+      statements.length = 0;
+      clock.advance(60_000);
+      await quiet.maintain();
+      expect(statements).toEqual([]);
+
+      // A late sample is rolled up at the next round; retention waits for its 10 minutes.
+      quiet.ingestMetrics(HOST, [containerSample(T0 + 50_000, 30, 300)], 0);
+      await quiet.flush();
+      clock.advance(60_000);
+      statements.length = 0;
+      await quiet.maintain();
+      expect(statements.some((text) => text.includes('INSERT INTO metric_rollups'))).toBe(true);
+      expect(statements.some((text) => text.includes('DELETE FROM'))).toBe(false);
+      expect((await quiet.queryRollups(range))[0]).toMatchObject({ samples: 2 });
+
+      clock.advance(10 * MINUTE);
+      statements.length = 0;
+      await quiet.maintain();
+      expect(statements.some((text) => text.includes('DELETE FROM metric_samples'))).toBe(true);
+    } finally {
+      await quiet.stop();
+    }
   });
 });

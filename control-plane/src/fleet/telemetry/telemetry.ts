@@ -1,6 +1,7 @@
 import type { LogEntry, LogLoss, LogsComplete, MetricSample } from '@anvil/shared/protocol';
 import type { Clock } from '../../auth/clock.ts';
 import type { Database } from '../../db/index.ts';
+import { soleProcess } from '../../db/index.ts';
 import { cleanJson, cleanText } from '../agents/sanitize.ts';
 import { BatchWriter } from './batch-writer.ts';
 import { gpuHealthFigures } from './gpu-health-figures.ts';
@@ -76,6 +77,12 @@ export interface TelemetryOptions {
   maxPendingRows?: number;
   /** How often rollups and retention run. */
   maintenanceIntervalMs?: number;
+  /**
+   * The least time between two retention purges: every maintenance round with other replicas, 10 min in
+   * a sole process (PGlite), where each purge is statements in the API's thread and retention is counted
+   * in days.
+   */
+  purgeIntervalMs?: number;
   onError?: (error: unknown, what: string) => void;
 }
 
@@ -259,6 +266,10 @@ export class TelemetryService {
   readonly #maintenanceIntervalMs: number;
   readonly #onError: (error: unknown, what: string) => void;
   #rolledUpTo: Date | null = null;
+  /** received_at of the newest samples this process wrote. */
+  #newestSampleAt = Number.NEGATIVE_INFINITY;
+  readonly #purgeIntervalMs: number;
+  #purgedAt = Number.NEGATIVE_INFINITY;
   #timer: NodeJS.Timeout | null = null;
   #maintenance: Promise<void> | null = null;
 
@@ -270,6 +281,7 @@ export class TelemetryService {
   ) {
     this.retention = { ...DEFAULT_RETENTION, ...options.retention };
     this.#maintenanceIntervalMs = options.maintenanceIntervalMs ?? 60_000;
+    this.#purgeIntervalMs = options.purgeIntervalMs ?? (soleProcess(db) ? 600_000 : 0);
     this.#onError = options.onError ?? (() => {});
     const common = {
       flushIntervalMs: options.flushIntervalMs ?? 250,
@@ -354,12 +366,14 @@ export class TelemetryService {
   }
 
   async #writeMetrics(rows: MetricRow[]): Promise<void> {
+    const receivedAt = this.clock.now();
     await this.db.sql.query(
       `INSERT INTO metric_samples (host_id, kind, series, at, data, info, received_at)
        SELECT x.host_id, x.kind, x.series, x.at, x.data, x.info, $2
        FROM jsonb_to_recordset($1::jsonb) AS x(host_id text, kind text, series text, at timestamptz, data jsonb, info jsonb)`,
-      [JSON.stringify(rows), this.clock.now().toISOString()],
+      [JSON.stringify(rows), receivedAt.toISOString()],
     );
+    this.#newestSampleAt = Math.max(this.#newestSampleAt, receivedAt.getTime());
   }
 
   async #writeLogs(rows: (LogRow | LogEndRow)[]): Promise<void> {
@@ -494,6 +508,10 @@ export class TelemetryService {
    * disconnect) correct their minute. Returns the number of rollup rows written.
    */
   async rollup(): Promise<number> {
+    // In a sole process every sample is written here: none received since the last rollup's end, nothing
+    // to roll up (with replicas, another one may have written some).
+    if (soleProcess(this.db) && this.#rolledUpTo && this.#newestSampleAt < this.#rolledUpTo.getTime())
+      return 0;
     return (await this.#exclusive(7_245_318_101, () => this.#rollup())) ?? 0;
   }
 
@@ -594,6 +612,8 @@ export class TelemetryService {
 
   /** Runs `work` unless another process (or this one) holds the job's lock; then answers null. */
   async #exclusive<T>(lockId: number, work: () => Promise<T>): Promise<T | null> {
+    // A sole process has no one to exclude (maintain() runs one round at a time).
+    if (soleProcess(this.db)) return work();
     return this.db.session(async (sql) => {
       const [row] = await sql.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [
         lockId,
@@ -613,7 +633,11 @@ export class TelemetryService {
       try {
         await this.flush();
         await this.rollup();
-        await this.purge();
+        const now = this.clock.now().getTime();
+        if (now - this.#purgedAt >= this.#purgeIntervalMs) {
+          this.#purgedAt = now;
+          await this.purge();
+        }
       } catch (error) {
         this.#onError(error, 'telemetry maintenance');
       } finally {
