@@ -1,7 +1,7 @@
 import type { MetricSample } from '@anvil/shared/protocol';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ManualClock } from '../../testing/clock.ts';
 import type { Database, Sql } from '../../db/index.ts';
+import { ManualClock } from '../../testing/clock.ts';
 import { createTestDatabase, type TestDatabase } from '../../testing/database.ts';
 import { ControlPlaneMetrics } from './prometheus.ts';
 import { DEFAULT_RETENTION, TelemetryService } from './telemetry.ts';
@@ -187,7 +187,9 @@ describe('telemetry rollups and retention', () => {
       sql: counted(database.db.sql),
       session: (work) => database.db.session((sql) => work(counted(sql))),
     };
-    const quiet = new TelemetryService(sole, clock, new ControlPlaneMetrics(), { flushIntervalMs: 3_600_000 });
+    const quiet = new TelemetryService(sole, clock, new ControlPlaneMetrics(), {
+      flushIntervalMs: 3_600_000,
+    });
     try {
       quiet.ingestMetrics(HOST, [containerSample(T0 + 5_000, 10, 100)], 0);
       await quiet.flush();
