@@ -33,15 +33,17 @@ const RUNS = Number(process.env['ANVIL_BENCH_SCP_RUNS'] ?? 3);
  * process beside the relay (the test fixture's layout, as the figures before December 2026 were taken),
  * where one event loop does the relay's and the agent's work for every byte.
  */
+const PROFILE_DIR = process.env['ANVIL_BENCH_SCP_PROFILE'];
 const AGENT_LAYOUT = process.env['ANVIL_BENCH_SCP_AGENT'] === 'in-process' ? 'in-process' : 'process';
 /**
  * Which transfers to measure (all by default): upload, download, upload-O, download-O, small (a
- * one-byte download: the fixed cost of a session, in ms), and transport (`ssh host cat` of the file
+ * one-byte download: the fixed cost of a session, in ms), cat (`ssh cat` of the file through the relay's
+ * exec path, no SFTP or scp, against sshd's), and transport (`ssh host cat` of the file
  * from sshd against an ssh2 server sending the same bytes from memory: the most any ssh2-based relay
  * can deliver here, with no container, tunnel or SFTP in the way). One alone, e.g. to profile it.
  */
 const PARTS = new Set(
-  (process.env['ANVIL_BENCH_SCP_PARTS'] ?? 'upload,download,upload-O,download-O,small,transport')
+  (process.env['ANVIL_BENCH_SCP_PARTS'] ?? 'upload,download,upload-O,download-O,cat,small,transport')
     .split(',')
     .map((p) => p.trim()),
 );
@@ -72,6 +74,9 @@ async function startWorldWithAgentProcess(docker: Dockerode, dataDir: string): P
     controlPlaneUrl: url,
     joinToken: value,
     env: { ANVIL_METRICS_SECONDS: '3600', ANVIL_LOG_LEVEL: 'warn' },
+    // ANVIL_BENCH_SCP_PROFILE=<dir>: a V8 CPU profile of the agent there (run the bench itself with
+    // `node --cpu-prof --cpu-prof-dir=<dir>` for the relay's).
+    ...(PROFILE_DIR ? { nodeFlags: ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] } : {}),
   });
   const hostId = await agent.hostId();
   await waitFor('agent connected', async () => t.context.fleet.agents.isConnectedHere(hostId), 180_000);
@@ -242,6 +247,25 @@ export async function runSshScpBench(): Promise<void> {
       return { up, directUp, down, directDown };
     };
     const sftpMode = await figures([], '');
+    // Both outputs go to /dev/null through the shell, so neither side pays for a pipe into this process.
+    const sshCat = (port: number, target: string, command: string) => [
+      '-c',
+      `exec ssh -p ${port} ${clientOptions(key).join(' ')} ${target} ${command} >/dev/null`,
+    ];
+    // `ssh cat` of the uploaded file through the relay (an exec through the agent's tunnel, no SFTP or scp
+    // in the way) against sshd's: what the relay's exec path carries on its own.
+    let cat: [number, number] | null = null;
+    if (PARTS.has('cat')) {
+      if (!PARTS.has('upload') && !PARTS.has('download')) {
+        await timed([...relayArgs, file, `${relayTarget}:/tmp/payload.bin`]);
+      }
+      const [relaySeconds, directSeconds] = await fastestOfEach(
+        sshCat(world.port, relayTarget, 'cat /tmp/payload.bin'),
+        sshCat(sshdPort, sshdTarget, `cat ${file}`),
+        'sh',
+      );
+      cat = [SIZE_MB / relaySeconds, SIZE_MB / directSeconds];
+    }
     let small: [number, number] | null = null;
     if (PARTS.has('small')) {
       writeFileSync(join(dir, 'small.bin'), 'x');
@@ -257,11 +281,6 @@ export async function runSshScpBench(): Promise<void> {
     if (PARTS.has('transport')) {
       const memory = await memoryServer(hostKey.path, SIZE_MB * 1024 * 1024);
       try {
-        // Both outputs go to /dev/null through the shell, so neither side pays for a pipe into this process.
-        const sshCat = (port: number, target: string, command: string) => [
-          '-c',
-          `exec ssh -p ${port} ${clientOptions(key).join(' ')} ${target} ${command} >/dev/null`,
-        ];
         const [relaySeconds, directSeconds] = await fastestOfEach(
           sshCat(memory.port, 'bench@127.0.0.1', 'send'),
           sshCat(sshdPort, sshdTarget, `cat ${file}`),
@@ -289,6 +308,7 @@ export async function runSshScpBench(): Promise<void> {
       process.stdout.write(line('upload -O', scpMode.up, scpMode.directUp));
       process.stdout.write(line('download -O', scpMode.down, scpMode.directDown));
     }
+    if (cat) process.stdout.write(line('cat', cat[0], cat[1]));
     if (transport) {
       process.stdout.write(
         `  ${'transport'.padEnd(13)} ssh2 ${transport[0].toFixed(1).padStart(8)} MB/s   sshd ${transport[1].toFixed(1).padStart(7)} MB/s   ratio ${(transport[0] / transport[1]).toFixed(2)}  (ssh cat: an ssh2 server sending from memory, the ceiling of an ssh2 relay)\n`,
