@@ -80,6 +80,8 @@ export interface AgentOptions {
   resyncIntervalMs?: number;
   /** Bound on log lines held while they cannot be sent. */
   logBufferBytes?: number;
+  /** The buffer those lines wait in (tests watch it fill); by default one of logBufferBytes. */
+  logBuffer?: LogBuffer;
   /** Bound on metric samples held while they cannot be sent. */
   maxMetricSamples?: number;
   /** How often buffered logs and metrics are sent. */
@@ -131,7 +133,7 @@ export function createAgent(options: AgentOptions): Agent {
   const credentials = options.credentials ?? fileCredentialStore(options.stateDir);
   const agentVersion = options.agentVersion ?? AGENT_VERSION;
   const startedAt = clock.now();
-  const logBuffer = new LogBuffer(options.logBufferBytes ?? 16 * 1024 * 1024);
+  const logBuffer = options.logBuffer ?? new LogBuffer(options.logBufferBytes ?? 16 * 1024 * 1024);
   let logger = options.logger;
   let cursors: LogCursors | null = null;
   let workers: Workers | null = null;

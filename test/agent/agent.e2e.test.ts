@@ -4,6 +4,8 @@ import type { MessageOf } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FatalAgentError } from '../../agent/src/errors.ts';
+import { capturedLogger } from '../../control-plane/src/testing/captured-logs.ts';
+import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 import { FakeControlPlane } from './fake-control-plane.ts';
@@ -230,9 +232,8 @@ describe.skipIf(!dockerOrFail('test/agent/agent.e2e.test.ts'))(
       const url = down.url;
       const token = down.createJoinToken();
       await down.close();
-      const agent = await startAgent(docker, { controlPlaneUrl: url, joinToken: token });
-      await new Promise((r) => setTimeout(r, 1_000));
-      // Still trying, not failed: an unreachable control plane is never fatal.
+      const logs = capturedLogger('info');
+      const agent = await startAgent(docker, { controlPlaneUrl: url, joinToken: token, logger: logs.logger });
       let settled = false;
       agent.done.then(
         () => {
@@ -242,7 +243,9 @@ describe.skipIf(!dockerOrFail('test/agent/agent.e2e.test.ts'))(
           settled = true;
         },
       );
-      await new Promise((r) => setTimeout(r, 50));
+      // Still trying, not failed: an unreachable control plane is never fatal.
+      const redials = () => logs.lines.filter((line) => line['msg'] === 'redialling the control plane');
+      await waitFor('three redials', () => redials().length >= 3, 30_000, 50);
       expect(settled).toBe(false);
       await agent.stop();
     });

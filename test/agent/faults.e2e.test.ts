@@ -1,6 +1,8 @@
+import type { LogEntry } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AgentOptions } from '../../agent/src/agent.ts';
+import { LogBuffer } from '../../agent/src/logs/buffer.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 import { FakeControlPlane } from './fake-control-plane.ts';
@@ -74,7 +76,15 @@ describe.skipIf(!dockerOrFail('test/agent/faults.e2e.test.ts'))('agent under fau
   });
 
   it('buffers logs while disconnected, within its bound, and reports what it dropped', async () => {
-    const { hostId } = await connectedAgent({ logBufferBytes: 16 * 1024 });
+    // The agent's log buffer, watched: the container's last line in it means every line was read.
+    let lastLineRead = false;
+    const logBuffer = new (class extends LogBuffer {
+      override push(entry: LogEntry): void {
+        super.push(entry);
+        if (entry.line === 'line-499') lastLineRead = true;
+      }
+    })(16 * 1024);
+    const { hostId } = await connectedAgent({ logBuffer });
     const spec = workloadSpec(`drop-${hostId.slice(-8)}`, {
       command: [
         'sh',
@@ -92,7 +102,7 @@ describe.skipIf(!dockerOrFail('test/agent/faults.e2e.test.ts'))('agent under fau
     // The control plane goes away before the container speaks.
     cp.refuseConnections = true;
     cp.dropConnection(hostId);
-    await new Promise((r) => setTimeout(r, 4_500));
+    await cp.waitFor('every line read while disconnected', () => lastLineRead, 30_000);
     cp.refuseConnections = false;
 
     const lines = () =>

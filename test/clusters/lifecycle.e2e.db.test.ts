@@ -5,6 +5,7 @@ import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call } from '../../control-plane/src/testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/app.ts';
+import { ShiftedClock } from '../../control-plane/src/testing/clock.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
@@ -18,6 +19,8 @@ describe.skipIf(!dockerOrFail('test/clusters/lifecycle.e2e.db.test.ts'))(
   'cluster lifecycle with a real agent and Docker',
   () => {
     let t: TestApp;
+    /** The control plane's time: billing is checked across time skipped ahead, not slept through. */
+    const clock = new ShiftedClock();
     let docker: Dockerode;
     let agent: RunningAgent;
     let hostId: string;
@@ -26,7 +29,7 @@ describe.skipIf(!dockerOrFail('test/clusters/lifecycle.e2e.db.test.ts'))(
     beforeAll(async () => {
       docker = testDocker();
       await ensureBusyboxImage(docker);
-      t = await createTestApp({ env: { ANVIL_HEARTBEAT_SECONDS: '1', ANVIL_METRICS_SECONDS: '1' } });
+      t = await createTestApp({ env: { ANVIL_HEARTBEAT_SECONDS: '1', ANVIL_METRICS_SECONDS: '1' }, clock });
       await t.app.listen({ port: 0, host: '127.0.0.1' });
       const address = t.app.server.address();
       const port = typeof address === 'object' && address ? address.port : 0;
@@ -206,7 +209,8 @@ describe.skipIf(!dockerOrFail('test/clusters/lifecycle.e2e.db.test.ts'))(
 
       // Billing frozen: the cost does not move while stopped; one usage record per closed session.
       expect(stopped.cost.current_session_cost).toBe(0);
-      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      // 10 s on (well inside the hosts' 40 s grace): a running session would cost more by now.
+      clock.advance(10_000);
       expect((await get(a.id)).cost.total_cost).toBe(stopped.cost.total_cost);
       expect(stopped.cost.total_cost).toBeCloseTo(accepted.cost_impact.session_cost_final, 6);
       const records = await t.context.db.prisma.usageRecord.findMany({
@@ -283,7 +287,9 @@ describe.skipIf(!dockerOrFail('test/clusters/lifecycle.e2e.db.test.ts'))(
       const row = await t.context.db.prisma.cluster.findUniqueOrThrow({ where: { id: failing.id } });
       expect(row.gpuIndices).toEqual([]);
 
-      const expiring = await create('expiring', { expires_at: new Date(Date.now() + 3_000).toISOString() });
+      const expiring = await create('expiring', {
+        expires_at: new Date(clock.now().getTime() + 3_000).toISOString(),
+      });
       await waitFor(
         'expired cluster deleted',
         async () => (await call(t, { url: `/v1/clusters/${expiring.id}` })).statusCode === 404 || null,

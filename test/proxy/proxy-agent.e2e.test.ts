@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import { createTestApp, ShiftedClock, type TestApp } from '../../control-plane/src/testing/index.ts';
 import { workloadSpecInput } from '../../control-plane/src/testing/workload-spec.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
@@ -48,6 +48,8 @@ describe.skipIf(!dockerOrFail('test/proxy/proxy-agent.e2e.test.ts'))(
   () => {
     let docker: Dockerode;
     let t: TestApp;
+    /** The control plane's time: the rate-limit test skips ahead on it to the start of a counting window. */
+    const clock = new ShiftedClock();
     let agent: RunningAgent;
     let dataDir: string;
     let caPath: string;
@@ -84,6 +86,7 @@ describe.skipIf(!dockerOrFail('test/proxy/proxy-agent.e2e.test.ts'))(
       await ensureBusyboxImage(docker);
       dataDir = await mkdtemp(join(tmpdir(), 'anvil-proxy-agent-'));
       t = await createTestApp({
+        clock,
         env: {
           ANVIL_PROXY_PORT: '0',
           ANVIL_DATA_DIR: dataDir,
@@ -190,8 +193,8 @@ describe.skipIf(!dockerOrFail('test/proxy/proxy-agent.e2e.test.ts'))(
         rate_limiting: { per_user_limit: { requests_per_minute: 2, burst_size: 2 } },
       });
       // 2 per 60-s window aligned to the clock (burst_size / requests_per_minute): start well inside one.
-      const left = 60_000 - (Date.now() % 60_000);
-      if (left < 10_000) await new Promise((resolve) => setTimeout(resolve, left + 100));
+      const left = 60_000 - (clock.now().getTime() % 60_000);
+      if (left < 10_000) clock.advance(left + 100);
       const statuses = [];
       for (let i = 0; i < 3; i++) statuses.push(await curlStatus(8080, bearer()));
       expect(statuses).toEqual([200, 200, 429]);

@@ -9,7 +9,12 @@ import { newId } from '@anvil/shared';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import {
+  createTestApp,
+  waitFor as pollUntil,
+  ShiftedClock,
+  type TestApp,
+} from '../../control-plane/src/testing/index.ts';
 import { ensureBusyboxImage } from '../fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
 import { DockerBridgeTunnels } from './docker-bridge-tunnels.ts';
@@ -26,25 +31,16 @@ interface CurlResult {
   body: string;
 }
 
-async function waitFor<T>(
-  what: string,
-  check: () => Promise<T | null | undefined | false>,
-  timeoutMs = 30_000,
-) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
+/** Polls `check` until it holds (30 s). */
+const waitFor = <T>(what: string, check: () => Promise<T>) => pollUntil(what, check, 30_000);
 
 describe.skipIf(!dockerOrFail('test/proxy/proxy.e2e.test.ts'))(
   'HTTPS port proxy against a real container',
   () => {
     let docker: Dockerode;
     let t: TestApp;
+    /** The control plane's time: the rate-limit test skips ahead on it to the start of a counting window. */
+    const clock = new ShiftedClock();
     let dataDir: string;
     let caPath: string;
     let proxyPort: number;
@@ -104,6 +100,7 @@ describe.skipIf(!dockerOrFail('test/proxy/proxy.e2e.test.ts'))(
       dataDir = await mkdtemp(join(tmpdir(), 'anvil-proxy-'));
       t = await createTestApp({
         env: { ANVIL_PROXY_PORT: '0', ANVIL_DATA_DIR: dataDir, ANVIL_HOST: '0.0.0.0' },
+        clock,
         // Contract 4's real TunnelOpener needs an agent running the workload; this file uses the named test
         // double (net.connect to the container on the Docker bridge). See the report for the agent-backed run.
         seams: { proxyTunnels: new DockerBridgeTunnels(docker) },
@@ -319,8 +316,8 @@ describe.skipIf(!dockerOrFail('test/proxy/proxy.e2e.test.ts'))(
         },
       });
       // 6 per minute with a burst of 2: 2 per 20-s window aligned to the clock; start well inside one.
-      const left = 20_000 - (Date.now() % 20_000);
-      if (left < 8_000) await new Promise((resolve) => setTimeout(resolve, left + 100));
+      const left = 20_000 - (clock.now().getTime() % 20_000);
+      if (left < 8_000) clock.advance(left + 100);
       const statuses: number[] = [];
       let retryAfter = '';
       for (let i = 0; i < 3; i++) {

@@ -11,7 +11,7 @@ import type { Database } from '../../control-plane/src/db/index.ts';
 import { openPostgres } from '../../control-plane/src/db/index.ts';
 import type { ExecSession, TunnelOpener } from '../../control-plane/src/fleet/tunnels/types.ts';
 import type { AccessLogEntry } from '../../control-plane/src/proxy/traffic.ts';
-import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import { createTestApp, ShiftedClock, type TestApp, waitFor } from '../../control-plane/src/testing/index.ts';
 
 /**
  * TEST DOUBLE for the agents' reverse tunnels (contract 4): every container port is one HTTP server on
@@ -101,18 +101,12 @@ describe('HTTPS port proxy across two control-plane replicas on one database', (
     return { status: res.statusCode, body: res.json() as ApiBody };
   }
 
+  /** Both replicas' time: the tests skip ahead on it rather than sleep. */
+  const clock = new ShiftedClock();
   /** Settings reach the other replica once its cached route (2 s) expires. */
-  const routeCacheExpiry = () => new Promise((resolve) => setTimeout(resolve, 2_100));
+  const routeCacheExpiry = () => clock.advance(2_100);
 
-  async function until<T>(what: string, check: () => Promise<T | null | undefined | false>) {
-    const deadline = Date.now() + 30_000;
-    for (;;) {
-      const value = await check();
-      if (value) return value;
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
-  }
+  const until = <T>(what: string, check: () => Promise<T>) => waitFor(what, check, 30_000, 200);
 
   beforeAll(async () => {
     backend = createServer((req, res) => res.end(`backend saw ${req.url}`));
@@ -121,11 +115,12 @@ describe('HTTPS port proxy across two control-plane replicas on one database', (
     // One data directory: both replicas serve the same development CA and certificate.
     dataDir = await mkdtemp(join(tmpdir(), 'anvil-proxy-replicas-'));
     const env = { ANVIL_PROXY_PORT: '0', ANVIL_DATA_DIR: dataDir, ANVIL_HOST: '127.0.0.1' };
-    a = await createTestApp({ env, seams: { proxyTunnels: tunnels } });
+    a = await createTestApp({ env, clock, seams: { proxyTunnels: tunnels } });
     // On PostgreSQL the second replica gets its own connection pool, as a second process would.
     bDb = a.database.url ? openPostgres(a.database.url, 3) : a.database.db;
     b = await createTestApp({
       env,
+      clock,
       seams: { proxyTunnels: tunnels },
       database: { db: bDb, url: a.database.url, drop: async () => {} },
     });
@@ -167,14 +162,14 @@ describe('HTTPS port proxy across two control-plane replicas on one database', (
   it('enforces a port rate_limit and a global_limit across both replicas, and logs the traffic of both', async () => {
     // Both limits count in 10-minute windows (burst_size / requests_per_minute): start well inside one.
     const windowMs = 600_000;
-    const left = windowMs - (Date.now() % windowMs);
-    if (left < 60_000) await new Promise((resolve) => setTimeout(resolve, left + 100));
+    const left = windowMs - (clock.now().getTime() % windowMs);
+    if (left < 60_000) clock.advance(left + 100);
 
     const port = await api('PUT', `/v1/clusters/${clusterId}/proxy/ports/${portId}`, {
       access_control: { rate_limit: { requests_per_minute: 2, burst_size: 20 } },
     });
     expect(port.status).toBe(200);
-    await routeCacheExpiry();
+    routeCacheExpiry();
     const served = { 'replica-a': 0, 'replica-b': 0 };
     let admitted = 0;
     let retryAfter = '';
@@ -223,7 +218,7 @@ describe('HTTPS port proxy across two control-plane replicas on one database', (
       rate_limiting: { global_limit: { requests_per_minute: 1, burst_size: 10 } },
     });
     expect(global.status).toBe(200);
-    await routeCacheExpiry();
+    routeCacheExpiry();
     let globalAdmitted = 0;
     for (let i = 0; i < 24; i++) {
       const res = await get(i % 2 === 0 ? a : b, '/g', withKey('global'));

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addMember, type TestMember } from '../../control-plane/src/testing/accounts.ts';
+import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { type Tenant, TenantWorld } from './tenant-world.ts';
 
 /**
@@ -204,12 +205,15 @@ describe('HTTPS proxy: tenant isolation in browsers', () => {
     expect(raised.statusCode).toBe(200);
     expect(raised.json().data.access_control.required_permission).toBe('write');
     // The route cache (2 s) and the session verdict cache (3 s) are per replica: wait them out by polling.
-    const deadline = Date.now() + 15_000;
-    let status = 200;
-    while (status === 200 && Date.now() < deadline) {
-      status = (await world.request(readable, 'GET', '/echo', { cookie: session })).status;
-      if (status === 200) await new Promise((resolve) => setTimeout(resolve, 200));
-    }
+    const status = await waitFor(
+      'the raised permission to apply',
+      async () => {
+        const answer = (await world.request(readable, 'GET', '/echo', { cookie: session })).status;
+        return answer !== 200 && answer;
+      },
+      15_000,
+      200,
+    );
     expect(status).toBe(403);
   });
 

@@ -120,15 +120,17 @@ describe.skipIf(!dockerOrFail('test/ssh/relay.e2e.test.ts'))(
         stream.write('stty size\n');
         await waitFor('initial size', async () => output.includes('24 80'));
         stream.setWindow(40, 132, 0, 0);
+        // Asks again on each poll until the new size shows.
         await waitFor('resized', async () => {
+          if (output.includes('40 132')) return true;
           stream.write('stty size\n');
-          await new Promise((r) => setTimeout(r, 100));
-          return output.includes('40 132');
+          return false;
         });
         const exit = new Promise<number>((resolve) => stream.on('exit', (code: number) => resolve(code)));
-        // A foreground exec of sleep replaced the shell: TERM ends it, the status says how.
-        stream.write('exec sleep 300\n');
-        await new Promise((r) => setTimeout(r, 300));
+        // The interactive shell ignores TERM: it is replaced by a non-interactive one, which says when it
+        // runs (the quotes keep the typed line's echo from matching), then by sleep. TERM ends either.
+        stream.write(`exec sh -c 'echo "in-sh""-now"; exec sleep 300'\n`);
+        await waitFor('the shell replaced', async () => output.includes('in-sh-now'));
         stream.signal('TERM');
         expect(await exit).toBe(143);
       } finally {

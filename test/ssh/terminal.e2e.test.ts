@@ -122,10 +122,11 @@ describe.skipIf(!dockerOrFail('test/ssh/terminal.e2e.test.ts'))(
       first.type('stty size\n');
       await first.waitFor(/24 80/);
       first.send({ type: 'resize', cols: 132, rows: 40 });
+      // Asks again on each poll until the new size shows.
       await waitFor('resized', async () => {
+        if (/40 132/.test(first.text)) return true;
         first.type('stty size\n');
-        await new Promise((r) => setTimeout(r, 200));
-        return /40 132/.test(first.text);
+        return false;
       });
 
       // The ticket was used once: it opens nothing again.
@@ -137,8 +138,11 @@ describe.skipIf(!dockerOrFail('test/ssh/terminal.e2e.test.ts'))(
       const resumeAt = first.next;
       first.ws.close();
       await waitFor('detached', async () => first.closed !== null);
-      // Give the shell time to print while detached (the process keeps running).
-      await new Promise((r) => setTimeout(r, 2000));
+      // The shell prints while detached (the process keeps running): its output lands in the session's buffer.
+      const detached = world.t.context.terminal.find(clusterId, session.session_id, world.t.userId);
+      await waitFor('output while detached', async () =>
+        detached?.buffer.since(resumeAt).data.toString().includes('while-42-away'),
+      );
 
       const again = await world.t.app.inject({
         method: 'POST',

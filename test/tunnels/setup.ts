@@ -6,31 +6,13 @@ import type { WorkloadSpec } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import type { WorkloadView } from '../../control-plane/src/fleet/workloads/workloads.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
+import { waitFor } from '../../control-plane/src/testing/wait.ts';
 import { workloadSpec } from '../agent/fixtures.ts';
 import { type RunningAgent, startAgent } from '../agent/harness.ts';
 
-/** Polls `check` until it returns a value that is not false/null/undefined. */
-export async function until<T>(
-  what: string,
-  check: () => T | Promise<T>,
-  timeoutMs = 30_000,
-): Promise<Exclude<T, false | null | undefined>> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown = null;
-  for (;;) {
-    try {
-      const value = await check();
-      if (value !== false && value !== null && value !== undefined)
-        return value as Exclude<T, false | null | undefined>;
-      last = null;
-    } catch (error) {
-      last = error;
-    }
-    if (Date.now() > deadline) {
-      throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+/** Polls `check` until it returns a value that is not false/null/undefined (30 s unless told). */
+export function until<T>(what: string, check: () => T | Promise<T>, timeoutMs = 30_000) {
+  return waitFor(what, check, timeoutMs);
 }
 
 export function sha256(data: Buffer): string {

@@ -3,7 +3,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type Dockerode from 'dockerode';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
@@ -14,14 +14,16 @@ const run = randomBytes(4).toString('hex');
 const hostId = `host_rt_${run}`;
 const wid = (name: string) => `rt-${run}-${name}`;
 
-async function waitFor<T>(fn: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await fn();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error('timed out waiting');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+/** Polls `fn` until it returns a value (not null, undefined or false). */
+function waitFor<T>(fn: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
+  return vi.waitFor(
+    async () => {
+      const value = await fn();
+      if (!value) throw new Error('not yet');
+      return value;
+    },
+    { timeout: timeoutMs, interval: 100 },
+  );
 }
 
 describe.skipIf(!dockerOrFail('agent/src/docker/runtime.test.ts'))(

@@ -1,8 +1,8 @@
-import { setTimeout as delay } from 'node:timers/promises';
+import { setImmediate as turn } from 'node:timers/promises';
 import { GpuMetrics } from '@anvil/shared/protocol';
 import { Value } from '@sinclair/typebox/value';
 import { pino } from 'pino';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   createFakeNvml,
   type FakeGpu,
@@ -61,6 +61,11 @@ async function nvmlProvider(fake: FakeNvml, timings: { timeoutMs?: number; quara
 
 function reasonsOf(gpu: GpuMetrics | undefined) {
   return gpu?.health?.reasons.map((r) => `${r.severity}:${r.code}:${r.source}`);
+}
+
+/** Samples until a sample passes `check` (the sampler's retries and quarantine run on real timers). */
+async function untilSample(provider: GpuProvider, check: (sample: GpuMetrics[]) => void): Promise<void> {
+  await vi.waitFor(async () => check(await provider.sample()), { timeout: 30_000, interval: 20 });
 }
 
 // These tests load a FAKE libnvidia-ml.so.1 compiled from test/fixtures/nvml/fake_nvml.c, so the real
@@ -259,9 +264,9 @@ describe('NVML through koffi, against the fake library', () => {
       ],
     });
     const sampling = provider.sample();
-    // The event loop keeps turning while NVML hangs (heartbeats are timers on it).
-    const first = await Promise.race([sampling.then(() => 'sample'), delay(20).then(() => 'timer')]);
-    expect(first).toBe('timer');
+    // The event loop keeps turning while NVML hangs (heartbeats are timers on it): a turn comes first.
+    const first = await Promise.race([sampling.then(() => 'sample'), turn().then(() => 'turn')]);
+    expect(first).toBe('turn');
     const [hung, a10] = await sampling;
     expect(hung).toMatchObject({ uuid: H100.uuid, utilizationPercent: null, health: { state: 'degraded' } });
     expect(reasonsOf(hung)).toEqual(['degraded:nvml_timeout:nvml']);
@@ -273,12 +278,9 @@ describe('NVML through koffi, against the fake library', () => {
     expect(other?.temperatureC).toBe(55);
     // Once its time aside is over, the GPU is read again; it answers now.
     await fake.configure(BASE);
-    let back = await provider.sample();
-    for (let i = 0; i < 200 && back[0]?.powerWatts !== 612.48; i++) {
-      await delay(20);
-      back = await provider.sample();
-    }
-    expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } });
+    await untilSample(provider, (back) =>
+      expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } }),
+    );
   });
 
   it('a hung device count leaves every GPU unknown (nvml_timeout), and the next process reads them again', {
@@ -293,12 +295,9 @@ describe('NVML through koffi, against the fake library', () => {
       [A10.uuid, null, ['degraded:nvml_timeout:nvml']],
     ]);
     await fake.configure(BASE);
-    let back = await provider.sample();
-    for (let i = 0; i < 200 && back[0]?.powerWatts !== 612.48; i++) {
-      await delay(20);
-      back = await provider.sample();
-    }
-    expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } });
+    await untilSample(provider, (back) =>
+      expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } }),
+    );
   });
 
   it('re-initialises NVML after the driver goes away and comes back', { timeout: SLOW }, async () => {
@@ -312,18 +311,13 @@ describe('NVML through koffi, against the fake library', () => {
     ]);
     expect(reasonsOf(gone[0])).toEqual(['degraded:nvml_error:nvmlDeviceGetCount_v2']);
     // While the driver stays away every start fails (backoff); once back, figures return.
-    let back = await provider.sample();
-    for (let i = 0; i < 200 && reasonsOf(back[0])?.[0]?.endsWith('nvmlInit_v2') !== true; i++) {
-      await delay(20);
-      back = await provider.sample();
-    }
-    expect(reasonsOf(back[0])).toEqual(['degraded:nvml_error:nvmlInit_v2']);
+    await untilSample(provider, (back) =>
+      expect(reasonsOf(back[0])).toEqual(['degraded:nvml_error:nvmlInit_v2']),
+    );
     await fake.configure(BASE);
-    for (let i = 0; i < 200 && back[0]?.powerWatts !== 612.48; i++) {
-      await delay(20);
-      back = await provider.sample();
-    }
-    expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } });
+    await untilSample(provider, (back) =>
+      expect(back[0]).toMatchObject({ powerWatts: 612.48, health: { state: 'healthy', reasons: [] } }),
+    );
   });
 
   it('turns NVML error codes into errors with NVML’s own words', () => {

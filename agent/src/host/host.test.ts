@@ -6,6 +6,7 @@ import { HostInventory, HostMetrics } from '@anvil/shared/protocol';
 import { Value } from '@sinclair/typebox/value';
 import si from 'systeminformation';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { cpuTicksAdvanced } from '../../../test/agent/cpu-ticks.ts';
 import { isHostDisk, isHostInterface, isRemoteFs, known } from './filters.ts';
 import { hostInventory } from './inventory.ts';
 import { createLinuxHostSampler } from './metrics.ts';
@@ -64,7 +65,7 @@ describe.skipIf(!linux)('host metrics from /proc and /sys, on this machine', () 
     expect(Value.Check(HostMetrics, first)).toBe(true);
     // CPU percent is over the time between two samples: the first has none.
     expect(first.cpuPercent).toBeNull();
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await cpuTicksAdvanced();
     let second: HostMetrics | null = null;
     // systeminformation started df, lsblk, cat and more for each sample.
     expect(

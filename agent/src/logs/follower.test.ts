@@ -6,7 +6,7 @@ import { Readable } from 'node:stream';
 import type { LogEntry } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
@@ -167,14 +167,15 @@ describe.skipIf(!dockerOrFail('agent/src/logs/follower.test.ts'))(
         now: Date.now,
       });
       manager.sync([{ containerId: id, workloadId }]);
+      // The follower ends with the container's log stream.
+      const followed = () =>
+        vi.waitFor(() => expect(manager.following).toHaveLength(0), { timeout: 15_000, interval: 50 });
       await docker.getContainer(id).wait();
-      for (let i = 0; i < 50 && manager.following.length > 0; i++)
-        await new Promise((r) => setTimeout(r, 100));
+      await followed();
       await runtime.start(id);
       manager.sync([{ containerId: id, workloadId }]);
       await docker.getContainer(id).wait();
-      for (let i = 0; i < 50 && manager.following.length > 0; i++)
-        await new Promise((r) => setTimeout(r, 100));
+      await followed();
       manager.stop();
       const lines = buffer.take(1_000_000, 100).map((e) => e.line);
       expect(lines).toHaveLength(2);

@@ -6,7 +6,8 @@ import { ContainerMetrics } from '@anvil/shared/protocol';
 import { Value } from '@sinclair/typebox/value';
 import type Dockerode from 'dockerode';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { cpuTicksAdvanced } from '../../../test/agent/cpu-ticks.ts';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
@@ -67,15 +68,24 @@ describe.skipIf(
     ] as const) {
       const spec = workloadSpec(`stats-${run}-${name}`, {
         // Some page cache (the file), some anonymous memory and CPU, then idle.
-        command: ['sh', '-c', 'dd if=/dev/zero of=/tmp/f bs=1M count=4 2>/dev/null; sleep 3600'],
+        command: [
+          'sh',
+          '-c',
+          'dd if=/dev/zero of=/tmp/f bs=1M count=4 2>/dev/null; touch /tmp/done; sleep 3600',
+        ],
         memoryBytes,
       });
       const id = await runtime.create(spec, context);
       await runtime.start(id);
       running.push({ containerId: id, workloadId: spec.workloadId });
     }
-    // Let dd finish, so the counters stand still while the two sources are compared.
-    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    // dd finished (its marker is there), so the counters stand still while the two sources are compared.
+    for (const { containerId } of running) {
+      await vi.waitFor(() => docker.getContainer(containerId).infoArchive({ path: '/tmp/done' }), {
+        timeout: 30_000,
+        interval: 50,
+      });
+    }
   });
 
   afterAll(async () => {
@@ -89,7 +99,7 @@ describe.skipIf(
     const viaDocker = new ContainerStatsReader({ runtime, logger, procRoot: null });
     await direct.read(running);
     await viaDocker.read(running);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await cpuTicksAdvanced();
     const [fromCgroups, fromDocker] = [await direct.read(running), await viaDocker.read(running)];
 
     expect(calls).toEqual({ stats: 0, inspect: 2 });

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type Dockerode from 'dockerode';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../../../test/fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
@@ -127,12 +127,15 @@ describe.skipIf(!withDocker)('disk measure against the real Docker engine', () =
     const containerId = reconciler.running().find((r) => r.workloadId === id)?.containerId;
     expect(containerId).toBeTruthy();
     const dir = volumeDir(volumeRoot, id);
-    for (let i = 0; i < 600; i += 1) {
-      await meter.measure([{ workloadId: id, containerId: containerId!, volumeDir: dir }]);
-      if ((meter.usage(id)?.volumeBytes ?? 0) >= 3 * MB && (meter.usage(id)?.layerBytes ?? 0) >= 2 * MB)
-        break;
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
+    // The container has written both files once a measure counts them.
+    await vi.waitFor(
+      async () => {
+        await meter.measure([{ workloadId: id, containerId: containerId!, volumeDir: dir }]);
+        expect(meter.usage(id)?.volumeBytes ?? 0).toBeGreaterThanOrEqual(3 * MB);
+        expect(meter.usage(id)?.layerBytes ?? 0).toBeGreaterThanOrEqual(2 * MB);
+      },
+      { timeout: 120_000, interval: 200 },
+    );
     const usage = meter.usage(id)!;
     expect(usage.layerBytes).toBeGreaterThanOrEqual(2 * MB);
     expect(usage.volumeBytes).toBeGreaterThanOrEqual(3 * MB);

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type Dockerode from 'dockerode';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../../../test/fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
@@ -80,12 +80,10 @@ describe.skipIf(!dockerOrFail('agent/src/reconcile/direct-ports.test.ts'))(
       expect(details.NetworkSettings.Ports['8080/tcp']).toEqual([
         { HostIp: '127.0.0.1', HostPort: String(port?.hostPort) },
       ]);
-      let answer = '';
-      for (let i = 0; i < 100 && !answer.includes('direct'); i += 1) {
-        answer = await fetchRaw(port!.hostPort);
-        if (!answer.includes('direct')) await new Promise((resolve) => setTimeout(resolve, 200));
-      }
-      expect(answer).toContain('direct');
+      await vi.waitFor(async () => expect(await fetchRaw(port!.hostPort)).toContain('direct'), {
+        timeout: 20_000,
+        interval: 200,
+      });
       reconciler.setDesired(2, []);
       await reconciler.idle();
       reconciler.stop();

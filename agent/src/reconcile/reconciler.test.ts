@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { WorkloadSpec } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
 import {
   BUSYBOX_IMAGE,
@@ -13,7 +13,7 @@ import {
   TEST_HOST_IMAGES,
 } from '../../../test/fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
-import { systemClock } from '../clock.ts';
+import { type Clock, systemClock } from '../clock.ts';
 import { buildCreateOptions } from '../docker/container-config.ts';
 import { specHash } from '../docker/labels.ts';
 import { type ContainerRuntime, createContainerRuntime } from '../docker/runtime.ts';
@@ -28,6 +28,7 @@ function setup(
   hostId: string,
   passRetryMs = 200,
   runtime: ContainerRuntime = createContainerRuntime(docker),
+  clock: Clock = systemClock,
 ) {
   const changes: ContainerStateChange[] = [];
   const reports: ActualReport[] = [];
@@ -37,7 +38,7 @@ function setup(
     hostId,
     volumeRoot,
     gpuMode: 'env-only',
-    clock: systemClock,
+    clock,
     logger: pino({ level: 'silent' }),
     onContainerState: (c) => changes.push(c),
     onActualState: (r) => reports.push(r),
@@ -52,6 +53,35 @@ async function converge(reconciler: Reconciler, generation: number, specs: Workl
   reconciler.setDesired(generation, specs);
   await reconciler.idle();
   return reconciler.report();
+}
+
+/** Time moved by hand: a timer fires when advance() passes it (retries fall due when the test says). */
+class HandClock implements Clock {
+  #now = Date.now();
+  #next = 0;
+  readonly #timers = new Map<number, { at: number; fn: () => void }>();
+  now(): number {
+    return this.#now;
+  }
+  setTimeout(fn: () => void, ms: number): number {
+    this.#next += 1;
+    this.#timers.set(this.#next, { at: this.#now + ms, fn });
+    return this.#next;
+  }
+  clearTimeout(handle: unknown): void {
+    this.#timers.delete(handle as number);
+  }
+  advance(ms: number): void {
+    const until = this.#now + ms;
+    for (;;) {
+      const due = [...this.#timers].filter(([, t]) => t.at <= until).sort((a, b) => a[1].at - b[1].at)[0];
+      if (!due) break;
+      this.#timers.delete(due[0]);
+      this.#now = due[1].at;
+      due[1].fn();
+    }
+    this.#now = until;
+  }
 }
 
 async function containersOf(hostId: string) {
@@ -178,10 +208,13 @@ describe.skipIf(!dockerOrFail('agent/src/reconcile/reconciler.test.ts'))(
       // The loser of each name race retries shortly and adopts the winner's container: poll until both report it.
       const bothRunning = () =>
         [a, b].every((x) => x.reconciler.report().workloads.every((w) => w.phase === 'running'));
-      for (const deadline = Date.now() + 30_000; !bothRunning() && Date.now() < deadline; ) {
-        await new Promise((r) => setTimeout(r, 100));
-        await Promise.all([a.reconciler.idle(), b.reconciler.idle()]);
-      }
+      await vi.waitFor(
+        async () => {
+          await Promise.all([a.reconciler.idle(), b.reconciler.idle()]);
+          if (!bothRunning()) throw new Error('a reconciler has not adopted the winner yet');
+        },
+        { timeout: 30_000, interval: 100 },
+      );
       const list = await containersOf(hostId);
       expect(list.map((c) => c.Labels['anvil.workload']).sort()).toEqual([wid('race1'), wid('race2')]);
       expect(a.reconciler.report().workloads.map((w) => w.phase)).toEqual(['running', 'running']);
@@ -201,18 +234,20 @@ describe.skipIf(!dockerOrFail('agent/src/reconcile/reconciler.test.ts'))(
           }),
         ),
       );
-      const { reconciler } = setup(hostId, 4_000);
+      const clock = new HandClock();
+      const { reconciler } = setup(hostId, 4_000, createContainerRuntime(docker), clock);
       await converge(reconciler, 1, [w1]);
       // w2's name clash comes 2 s later, so its retry falls due after w1's retry pass has run.
-      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      clock.advance(2_000);
       const held = await converge(reconciler, 2, [w1, w2]);
       expect(held.workloads.map((w) => w.phase)).toEqual(['pending', 'pending']);
       await Promise.all(squatters.map((c) => c.remove({ force: true })));
-      for (const deadline = Date.now() + 20_000; Date.now() < deadline; ) {
-        if (reconciler.report().workloads.every((w) => w.phase === 'running')) break;
-        await new Promise((resolve) => setTimeout(resolve, 200));
-        await reconciler.idle();
-      }
+      // w1's retry pass, then w2's, each when its time comes.
+      clock.advance(2_000);
+      await reconciler.idle();
+      expect(reconciler.report().workloads.map((w) => w.phase)).toEqual(['running', 'pending']);
+      clock.advance(2_000);
+      await reconciler.idle();
       expect(reconciler.report().workloads.map((w) => w.phase)).toEqual(['running', 'running']);
     });
 
@@ -256,7 +291,10 @@ describe.skipIf(!dockerOrFail('agent/src/reconcile/reconciler.test.ts'))(
       await converge(reconciler, 1, [service, job]);
       const serviceId = reconciler.report().workloads[0]!.containerId!;
       await docker.getContainer(serviceId).stop({ t: 0 });
-      await new Promise((r) => setTimeout(r, 300));
+      await vi.waitFor(
+        async () => expect((await docker.getContainer(serviceId).inspect()).State.Status).toBe('exited'),
+        { timeout: 15_000, interval: 50 },
+      );
       reconciler.trigger();
       await reconciler.idle();
       const [svc, done] = reconciler.report().workloads;
@@ -304,10 +342,13 @@ describe.skipIf(!dockerOrFail('agent/src/reconcile/reconciler.test.ts'))(
       await converge(reconciler, 1, [spec]);
       // The first pass reports the pull under way (it may already have failed by the time idle() returns).
       expect(reports[0]?.workloads[0]?.phase).toBe('pulling');
-      for (let i = 0; i < 100 && reconciler.report().workloads[0]?.phase !== 'failed'; i++) {
-        await new Promise((r) => setTimeout(r, 100));
-        await reconciler.idle();
-      }
+      await vi.waitFor(
+        async () => {
+          await reconciler.idle();
+          expect(reconciler.report().workloads[0]?.phase).toBe('failed');
+        },
+        { timeout: 10_000, interval: 100 },
+      );
       expect(reconciler.report().workloads[0]).toMatchObject({
         phase: 'failed',
         containerId: null,

@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { createServer, type Server, type Socket } from 'node:net';
 import { decodeFrame, TUNNEL_CHANNEL } from '@anvil/shared/protocol';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
 import { connectTcp, joinStream } from './stream.ts';
 
@@ -18,6 +18,8 @@ describe('joinStream backpressure (real TCP and WebSocket over loopback)', () =>
   it('stops reading the container while the tunnel socket is not drained, then delivers every byte', async () => {
     // The "container": writes 64 MiB as fast as its socket takes it, counting what it handed over.
     let written = 0;
+    /** The container's writer waits for its socket to drain: it hands over nothing more until a read. */
+    let blocked = false;
     const sent = createHash('sha256');
     const tcpServer: Server = createServer((socket: Socket) => {
       const chunk = Buffer.alloc(64 * 1024);
@@ -27,7 +29,11 @@ describe('joinStream backpressure (real TCP and WebSocket over loopback)', () =>
           sent.update(chunk);
           written += chunk.length;
           if (!socket.write(chunk)) {
-            socket.once('drain', pump);
+            blocked = true;
+            socket.once('drain', () => {
+              blocked = false;
+              pump();
+            });
             return;
           }
         }
@@ -51,8 +57,13 @@ describe('joinStream backpressure (real TCP and WebSocket over loopback)', () =>
     const tcp = await connectTcp('127.0.0.1', (tcpServer.address() as AddressInfo).port, 5_000);
     const joined = joinStream(agentWs, tcp);
 
-    // Give the pump time to run ahead if nothing held it back.
-    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    // Held back: the agent stopped reading the container and the container's writer waits on it.
+    await vi.waitFor(
+      () => {
+        if (!(tcp.isPaused() && blocked)) throw new Error('the container is still read');
+      },
+      { timeout: 30_000, interval: 10 },
+    );
     const whilePaused = written;
     expect(whilePaused).toBeLessThan(TOTAL / 2);
 

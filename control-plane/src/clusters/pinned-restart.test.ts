@@ -3,6 +3,7 @@ import { reservationOf } from '../scheduler/reservations.ts';
 import { insertSimulatedHosts } from '../scheduler/simulated-hosts.ts';
 import { call } from '../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../testing/app.ts';
+import { waitFor } from '../testing/wait.ts';
 
 /**
  * A stopped cluster started again goes back to the host holding its volume (scheduler/reservations.ts,
@@ -86,17 +87,9 @@ describe('pinned restart', () => {
     // The supervisor places the restarted cluster on its own host, on its own.
     t.context.clusters.supervisor.start();
     t.context.clusters.supervisor.kick();
-    await waitFor(async () => (await row(restarted)).status === 'starting');
+    await waitFor('the restarted cluster placed', async () => (await row(restarted)).status === 'starting');
     expect(await row(restarted)).toMatchObject({ hostId: HOME, gpuIndices: [0, 1], statusReason: null });
     expect(await reservationOf(t.context.db, restarted)).toBeNull();
     expect((await row(younger)).status).toBe('pending');
   });
 });
-
-async function waitFor(check: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > until) throw new Error('condition not met in time');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}

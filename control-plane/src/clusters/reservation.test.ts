@@ -3,6 +3,7 @@ import { reservationOf } from '../scheduler/reservations.ts';
 import { insertSimulatedHosts } from '../scheduler/simulated-hosts.ts';
 import { call } from '../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../testing/app.ts';
+import { waitFor } from '../testing/wait.ts';
 
 /**
  * A pending multi-GPU cluster is not starved by small ones (scheduler/reservations.ts), through the API
@@ -73,14 +74,14 @@ describe('pending clusters: reservation for the head of the queue', () => {
     }
 
     // All eight free: the supervisor places the big one (it was kicked by the last release).
-    await waitFor(async () => (await row(big)).status === 'starting');
+    await waitFor('the big cluster placed', async () => (await row(big)).status === 'starting');
     expect(await row(big)).toMatchObject({ hostId: 'host_sim_rs_0', gpuIndices: [0, 1, 2, 3, 4, 5, 6, 7] });
     expect(await reservationOf(t.context.db, big)).toBeNull();
     for (const queued of late) expect((await row(queued)).status).toBe('pending');
 
     // It leaves: the small ones queued behind it are placed.
     await remove(big);
-    await waitFor(async () =>
+    await waitFor('the queued clusters placed', async () =>
       (await Promise.all(late.map(row))).every((cluster) => cluster.status === 'starting'),
     );
     const gpus = (await Promise.all(late.map(row))).flatMap((cluster) => cluster.gpuIndices);
@@ -88,11 +89,3 @@ describe('pending clusters: reservation for the head of the queue', () => {
     for (const id of late) await remove(id);
   });
 });
-
-async function waitFor(check: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > until) throw new Error('condition not met in time');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}

@@ -3,6 +3,7 @@ import { createServer, type IncomingMessage, request, type Server, type ServerRe
 import type { AddressInfo } from 'node:net';
 import { Pool } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
+import { waitFor } from '../testing/wait.ts';
 import { CLIENT_CLOSED, RELAY_WINDOW_BYTES, ResponseRelay } from './relay.ts';
 
 /** Real servers over loopback: a container stand-in behind a front server relaying with ResponseRelay. */
@@ -15,13 +16,8 @@ async function listen(handler: (req: IncomingMessage, res: ServerResponse) => vo
 
 const portOf = (server: Server) => (server.address() as AddressInfo).port;
 
-async function until(check: () => boolean): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('condition not reached');
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
+/** Polls often: these conditions come within milliseconds over loopback. */
+const until = (check: () => boolean) => waitFor('the relay to settle', check, 10_000, 10);
 
 describe('ResponseRelay', () => {
   const servers: Server[] = [];

@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import type { ExecSession } from '../fleet/tunnels/types.ts';
+import { waitFor } from '../testing/wait.ts';
 import type { FileReadStream, FsResult } from './container-fs.ts';
 import { ReadAhead, ReadError } from './read-ahead.ts';
 
@@ -13,6 +14,8 @@ import { ReadAhead, ReadError } from './read-ahead.ts';
 function fakeFile(file: Buffer, options: { failAt?: number } = {}) {
   const opens: number[] = [];
   let produced = 0;
+  /** The stream of the last open, and whether its producer waits for it to drain. */
+  let last: { stdout: PassThrough; waiting: boolean } | null = null;
   const open = async (offset: number): Promise<FsResult<FileReadStream>> => {
     opens.push(offset);
     const stdout = new PassThrough();
@@ -22,6 +25,8 @@ function fakeFile(file: Buffer, options: { failAt?: number } = {}) {
       settle = resolve;
     });
     let closed = false;
+    const state = { stdout, waiting: false };
+    last = state;
     const session: ExecSession = {
       stdin: new PassThrough(),
       stdout,
@@ -40,7 +45,11 @@ function fakeFile(file: Buffer, options: { failAt?: number } = {}) {
       for (let at = offset; at < stop && !closed; at += 16 * 1024) {
         const piece = file.subarray(at, Math.min(at + 16 * 1024, stop));
         produced += piece.length;
-        if (!stdout.write(piece)) await once(stdout, 'drain');
+        if (!stdout.write(piece)) {
+          state.waiting = true;
+          await once(stdout, 'drain');
+          state.waiting = false;
+        }
       }
       if (closed) return;
       const failed = options.failAt !== undefined && options.failAt < file.length;
@@ -52,7 +61,9 @@ function fakeFile(file: Buffer, options: { failAt?: number } = {}) {
     const attrs = { mode: 0o100644, size: file.length, uid: 0, gid: 0, atime: 0, mtime: 0, nlink: 1 };
     return { ok: true, value: { session, attrs, head: Buffer.alloc(0) } };
   };
-  return { open, opens, produced: () => produced };
+  /** The reader paused the stream and the producer waits on it: nothing more is produced until a read. */
+  const stalled = () => last?.stdout.isPaused() === true && last.waiting;
+  return { open, opens, produced: () => produced, stalled };
 }
 
 async function started(open: ReturnType<typeof fakeFile>['open']): Promise<ReadAhead> {
@@ -118,7 +129,7 @@ describe('ReadAhead', () => {
     const fake = fakeFile(file);
     const reader = await started(fake.open);
     await read(reader, 0, 32_768);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await waitFor('the read-ahead to pause the stream', fake.stalled, 10_000, 10);
     expect(fake.produced()).toBeLessThan(5 * MiB);
     expect(fake.produced()).toBeGreaterThan(2 * MiB);
     reader.close();

@@ -2,7 +2,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { newId } from '@anvil/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addAccount, addMember, call, type TestMember } from '../../testing/accounts.ts';
-import { createTestApp, ManualClock, type TestApp, testLogger } from '../../testing/index.ts';
+import { createTestApp, ManualClock, type TestApp, testLogger, waitFor } from '../../testing/index.ts';
 import {
   type HttpReceiver,
   type SmtpReceiver,
@@ -707,11 +707,11 @@ describe('usage reports and alerts API', () => {
     const ruleId = rule.json().id;
     services.start();
     try {
-      const deadline = Date.now() + 15_000;
-      while ((await t.context.db.prisma.usageAlertTrigger.count({ where: { ruleKey: ruleId } })) === 0) {
-        if (Date.now() > deadline) throw new Error('the timer never evaluated the rule');
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
+      await waitFor(
+        'the timer to evaluate the rule',
+        async () => (await t.context.db.prisma.usageAlertTrigger.count({ where: { ruleKey: ruleId } })) > 0,
+        15_000,
+      );
     } finally {
       await services.stop();
     }

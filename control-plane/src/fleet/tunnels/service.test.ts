@@ -14,7 +14,8 @@ import {
 } from '@anvil/shared/protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { createTestApp, type TestApp } from '../../testing/index.ts';
+import { capturedLogger } from '../../testing/captured-logs.ts';
+import { createTestApp, type TestApp, waitFor } from '../../testing/index.ts';
 import { workloadSpecInput } from '../../testing/workload-spec.ts';
 import { TunnelService } from './service.ts';
 
@@ -34,6 +35,9 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
   let workloadId: string;
   let scriptedAgent: (command: OpenTunnel) => Promise<unknown>;
   let service: TunnelService;
+  /** The service's warnings: each refusal is logged just before its answer is written. */
+  const warnings = capturedLogger('warn');
+  const refusals = () => warnings.lines.filter((line) => line['msg'] === 'tunnel socket refused').length;
 
   function dial(command: OpenTunnel, who = host, token = command.token): Promise<WebSocket | number> {
     return new Promise((resolve) => {
@@ -120,6 +124,7 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
       workloads: cp.context.fleet.workloads,
       hosts: cp.context.fleet.hosts,
       openTimeoutMs: 300,
+      logger: warnings.logger,
     });
     server = createServer((_req, res) => res.end());
     server.on('upgrade', (req, socket, head) => service.handleUpgrade(req, socket, head));
@@ -239,6 +244,7 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
     // Without an error listener from the upgrade on, the refusal's write to the reset socket would be an
     // uncaught 'error' (EPIPE / ECONNRESET) ending the whole control plane.
     const errors: Error[] = [];
+    const refusedBefore = refusals();
     const socket = connect({ host: '127.0.0.1', port: (server.address() as AddressInfo).port });
     socket.on('error', (error) => errors.push(error));
     await new Promise((resolve) => socket.once('connect', resolve));
@@ -249,8 +255,8 @@ describe('TunnelService: tickets, the tunnel endpoint and its refusals', () => {
         `${TUNNEL_HEADERS.tunnelId}: forged\r\n${TUNNEL_HEADERS.token}: ${'A'.repeat(43)}\r\n\r\n`,
     );
     socket.resetAndDestroy();
-    // The refusal is written after the credential check; give it time to meet the reset connection.
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    // The refusal is written after the credential check: once it is logged, it has met the reset connection.
+    await waitFor('the forged ticket refused', () => refusals() > refusedBefore, 10_000, 10);
     const ws = await new Promise<number>((resolve) => {
       const probe = new WebSocket(`${url}${AGENT_TUNNEL_PATH}`);
       probe.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
