@@ -17,6 +17,7 @@ import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { CONTROL_PLANE_NODE_FLAGS } from '@anvil/control-plane';
 import {
   AGENT_CONNECT_PATH,
   type AgentMessage,
@@ -48,7 +49,16 @@ export interface ControlPlaneChild {
 export async function startFleetControlPlane(env: Record<string, string> = {}): Promise<ControlPlaneChild> {
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', join(HERE, 'servers', 'fleet-control-plane.ts')],
+    [
+      ...CONTROL_PLANE_NODE_FLAGS,
+      // BENCH_FLEET_PROFILE=<dir>: a V8 CPU profile of the control plane there, written when it stops.
+      ...(process.env['BENCH_FLEET_PROFILE']
+        ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BENCH_FLEET_PROFILE']}`]
+        : []),
+      '--import',
+      'tsx',
+      join(HERE, 'servers', 'fleet-control-plane.ts'),
+    ],
     {
       stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
       env: { ...process.env, LOG_LEVEL: 'warn', ...env },
