@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Clock } from '../auth/clock.ts';
+import { deleteOlderThan } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
 import { type BatchBuffer, BatchWriter } from '../fleet/telemetry/batch-writer.ts';
 import { type Logger, silentLogger } from '../logger.ts';
@@ -238,7 +239,11 @@ export class TrafficRecorder {
 
   start(): void {
     this.writer.start();
-    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
+    this.intervals.every(this.purgeIntervalMs, () =>
+      this.purge().catch((error) =>
+        this.logger.warn({ err: error }, 'old proxy access log entries could not be purged'),
+      ),
+    );
   }
 
   /** Stops the timers and writes what is still buffered. */
@@ -399,27 +404,8 @@ export class TrafficRecorder {
       for (const clusterId of clusters) this.trimNext.add(clusterId);
       throw error;
     }
-    const before = new Date(this.clock.now().getTime() - ACCESS_LOG_RETENTION_MS).toISOString();
-    for (;;) {
-      const rows = await this.sql.query<{ n: number }>(
-        `WITH gone AS (
-           DELETE FROM proxy_access_logs
-            WHERE id IN (SELECT id FROM proxy_access_logs WHERE at < $1 LIMIT 10000 FOR UPDATE SKIP LOCKED)
-           RETURNING 1
-         ) SELECT count(*)::int AS n FROM gone`,
-        [before],
-      );
-      const n = rows[0]?.n ?? 0;
-      total += n;
-      if (n < 10_000) return total;
-    }
-  }
-
-  private async purgeQuietly(): Promise<void> {
-    try {
-      await this.purge();
-    } catch (error) {
-      this.logger.warn({ err: error }, 'old proxy access log entries could not be purged');
-    }
+    const cutoff = new Date(this.clock.now().getTime() - ACCESS_LOG_RETENTION_MS).toISOString();
+    const old = { table: 'proxy_access_logs', column: 'at', cutoff, skipLocked: true };
+    return total + (await deleteOlderThan(this.sql, old));
   }
 }

@@ -1,5 +1,5 @@
 import type { Clock } from '../auth/clock.ts';
-import { batchRowsFor, betweenStatements } from '../db/batching.ts';
+import { batchRowsFor, betweenStatements, deleteOlderThan } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
 import { type BatchBuffer, BatchWriter } from '../fleet/telemetry/batch-writer.ts';
 import { type Logger, silentLogger } from '../logger.ts';
@@ -209,7 +209,11 @@ export class RequestLog {
 
   start(): void {
     this.writer.start();
-    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
+    this.intervals.every(this.purgeIntervalMs, () =>
+      this.purge().catch((error) =>
+        this.logger.warn({ err: error }, 'old API request log rows could not be purged'),
+      ),
+    );
   }
 
   async stop(): Promise<void> {
@@ -270,27 +274,7 @@ export class RequestLog {
 
   /** Deletes rows past retention, a bounded number per statement so no statement runs long. */
   async purge(): Promise<number> {
-    const before = new Date(this.clock.now().getTime() - this.retentionMs).toISOString();
-    let total = 0;
-    for (;;) {
-      const rows = await this.sql.query<{ n: number }>(
-        `WITH gone AS (
-           DELETE FROM api_requests WHERE id IN (SELECT id FROM api_requests WHERE created_at < $1 LIMIT 10000)
-           RETURNING 1
-         ) SELECT count(*)::int AS n FROM gone`,
-        [before],
-      );
-      const n = rows[0]?.n ?? 0;
-      total += n;
-      if (n < 10_000) return total;
-    }
-  }
-
-  private async purgeQuietly(): Promise<void> {
-    try {
-      await this.purge();
-    } catch (error) {
-      this.logger.warn({ err: error }, 'old API request log rows could not be purged');
-    }
+    const cutoff = new Date(this.clock.now().getTime() - this.retentionMs).toISOString();
+    return deleteOlderThan(this.sql, { table: 'api_requests', column: 'created_at', cutoff });
   }
 }
