@@ -66,7 +66,7 @@ export async function addAccount(t: TestApp, name = 'Other'): Promise<TestMember
 }
 
 export interface CallOptions {
-  method?: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  method?: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
   url: string;
   key?: string | TestMember;
   payload?: unknown;
