@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertSimulatedHosts } from '../../scheduler/simulated-hosts.ts';
 import { OFFICIAL_TEMPLATES } from '../../templates/seed.ts';
 import { addAccount, addMember, call, type TestMember } from '../../testing/accounts.ts';
-import { createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
+import { clusterRow, createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
 
 const BASE = '/v1/clusters/templates';
 
@@ -17,23 +17,18 @@ async function addCluster(
 ): Promise<string> {
   const id = newId('cluster');
   await t.context.db.prisma.cluster.create({
-    data: {
+    data: clusterRow({
       id,
       accountId,
       ownerId: t.userId,
       name: `c-${id.slice(-6)}`,
       status,
-      gpuType: 'H100',
-      gpuCount: 1,
       cpuCores: 4,
       memoryGb: 16,
       storageGb: 50,
-      dockerImage: 'anvil-test/busybox:latest',
-      command: [],
-      gpuIndices: [],
       templateId,
       ...extra,
-    },
+    }),
   });
   return id;
 }
