@@ -51,7 +51,12 @@ export async function startClusterFleet(
       return host?.id ?? null;
     },
     180_000,
-  );
+  ).catch(async (error) => {
+    // The caller never gets a fleet to close: leave nothing running.
+    await agent.stop().catch(() => {});
+    await t.close();
+    throw error;
+  });
   return {
     t,
     docker,
