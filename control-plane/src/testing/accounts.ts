@@ -84,6 +84,16 @@ export async function call(t: TestApp, options: CallOptions) {
   });
 }
 
+/** An API key of the owner's (POST /v2/auth/api-keys); its value is shown this once. */
+export async function createApiKey(
+  t: TestApp,
+  body: Record<string, unknown>,
+): Promise<{ value: string; key: { id: string } }> {
+  const res = await call(t, { method: 'POST', url: '/v2/auth/api-keys', payload: body });
+  if (res.statusCode !== 201) throw new Error(`api key: ${res.body}`);
+  return res.json();
+}
+
 /**
  * Raises the owner's rate limits tenfold for an hour (POST /v2/auth/temporary-boost): for files that
  * create more than a limit allows (POST /clusters: 20 an hour per account).
