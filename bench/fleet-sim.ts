@@ -30,6 +30,7 @@ import {
 } from '@anvil/shared/protocol';
 import { WebSocket } from 'ws';
 import { backoffDelay, DEFAULT_BACKOFF } from '../agent/src/connection/backoff.ts';
+import { noReadings } from '../agent/src/gpu/no-readings.ts';
 import { createPostgresDatabase } from '../control-plane/src/testing/database.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -144,15 +145,7 @@ function sample(i: number): MetricSample {
     gpus: [0, 1].map((index) => ({
       index,
       uuid: `GPU-sim-${i}-${index}`,
-      utilizationPercent: null,
-      memoryUtilizationPercent: null,
-      memoryUsedBytes: null,
-      memoryTotalBytes: null,
-      temperatureC: null,
-      powerWatts: null,
-      smClockMhz: null,
-      memoryClockMhz: null,
-      processes: [],
+      ...noReadings(),
     })),
     containers: [],
   };

@@ -242,7 +242,16 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
     nonEmpty(sources.env[ENV[key]]) ??
     nonEmpty(file[key]);
 
-  if (values['probe']) {
+  const pickLogLevel = (fallback: string): string => {
+    const logLevel = pick('logLevel') ?? fallback;
+    if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
+      throw new ConfigError(
+        `log level ${JSON.stringify(logLevel)}: expected one of ${LOG_LEVELS.join(', ')}`,
+      );
+    }
+    return logLevel;
+  };
+  const pickSimulateGpus = (): string | null => {
     const simulateGpus = pick('simulateGpus') ?? null;
     if (simulateGpus) {
       try {
@@ -251,13 +260,13 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
         throw new ConfigError((err as Error).message);
       }
     }
+    return simulateGpus;
+  };
+
+  if (values['probe']) {
+    const simulateGpus = pickSimulateGpus();
     // Logs go to stderr during a probe; warnings only unless asked, so stdout is the JSON alone.
-    const logLevel = pick('logLevel') ?? 'warn';
-    if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
-      throw new ConfigError(
-        `log level ${JSON.stringify(logLevel)}: expected one of ${LOG_LEVELS.join(', ')}`,
-      );
-    }
+    const logLevel = pickLogLevel('warn');
     return {
       help: false,
       probe: {
@@ -278,18 +287,8 @@ export async function loadConfig(sources: ConfigSources): Promise<LoadedConfig> 
     throw new ConfigError(`allow insecure control plane ${JSON.stringify(insecure)}: expected true or false`);
   }
   const stateDir = pick('stateDir') ?? DEFAULT_STATE_DIR;
-  const logLevel = pick('logLevel') ?? 'info';
-  if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
-    throw new ConfigError(`log level ${JSON.stringify(logLevel)}: expected one of ${LOG_LEVELS.join(', ')}`);
-  }
-  const simulateGpus = pick('simulateGpus') ?? null;
-  if (simulateGpus) {
-    try {
-      parseSimulateGpus(simulateGpus);
-    } catch (err) {
-      throw new ConfigError((err as Error).message);
-    }
-  }
+  const logLevel = pickLogLevel('info');
+  const simulateGpus = pickSimulateGpus();
   const allowInsecureControlPlane = insecure === 'true' || insecure === '1';
   let refusal: string | null = null;
   try {

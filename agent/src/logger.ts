@@ -1,3 +1,4 @@
+import { WORKLOAD_SECRET_LOG_PATHS } from '@anvil/shared/protocol';
 import { type DestinationStream, type Logger, pino } from 'pino';
 
 export type { Logger };
@@ -13,15 +14,7 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
       level,
       base: { pid: process.pid },
       redact: {
-        paths: [
-          '*.secretEnv',
-          '*.files[*].contentBase64',
-          '*.workloads[*].secretEnv',
-          '*.workloads[*].files[*].contentBase64',
-          // Registry credentials of a pull (WorkloadSpec.registryAuth).
-          '*.registryAuth',
-          '*.workloads[*].registryAuth',
-        ],
+        paths: [...WORKLOAD_SECRET_LOG_PATHS],
         censor: '[redacted]',
       },
     },

@@ -1,3 +1,4 @@
+import { WORKLOAD_SECRET_LOG_PATHS } from '@anvil/shared/protocol';
 import pino from 'pino';
 
 /**
@@ -34,14 +35,8 @@ export function createLogger(level: pino.LevelWithSilent, destination?: pino.Des
           'req.headers.cookie',
           '*.value',
           '*.password',
-          // Cluster secrets on their way to an agent (contract 5), should a spec or message ever be logged.
-          '*.secretEnv',
-          '*.files[*].contentBase64',
-          '*.workloads[*].secretEnv',
-          '*.workloads[*].files[*].contentBase64',
-          // Registry credentials of a pull (WorkloadSpec.registryAuth).
-          '*.registryAuth',
-          '*.workloads[*].registryAuth',
+          // Cluster secrets and registry credentials on their way to an agent (contract 5).
+          ...WORKLOAD_SECRET_LOG_PATHS,
         ],
         censor: '[redacted]',
       },

@@ -1,6 +1,7 @@
 import type Dockerode from 'dockerode';
 import type { Logger } from 'pino';
 import { systemHost } from '../../agent/src/host/provider.ts';
+import type { Clock } from '../../control-plane/src/auth/clock.ts';
 import { call } from '../../control-plane/src/testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/app.ts';
 import { waitFor } from '../../control-plane/src/testing/wait.ts';
@@ -24,12 +25,15 @@ export async function startClusterFleet(
   env: Record<string, string> = {},
   /** Loggers of the control plane and the agent (tests that read the logs); silent by default. */
   loggers: { controlPlane?: Logger; agent?: Logger } = {},
+  /** The control plane's clock (a ShiftedClock: billing checked across time skipped ahead). */
+  clock?: Clock,
 ): Promise<ClusterFleet> {
   const docker = testDocker();
   await ensureBusyboxImage(docker);
   const t = await createTestApp({
     env: { ANVIL_HEARTBEAT_SECONDS: '1', ANVIL_METRICS_SECONDS: '1', ...env },
     ...(loggers.controlPlane ? { logger: loggers.controlPlane } : {}),
+    ...(clock ? { clock } : {}),
   });
   await t.app.listen({ port: 0, host: '127.0.0.1' });
   const address = t.app.server.address();
@@ -51,7 +55,12 @@ export async function startClusterFleet(
       return host?.id ?? null;
     },
     180_000,
-  );
+  ).catch(async (error) => {
+    // The caller never gets a fleet to close: leave nothing running.
+    await agent.stop().catch(() => {});
+    await t.close();
+    throw error;
+  });
   return {
     t,
     docker,

@@ -3,13 +3,13 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call } from '../../control-plane/src/testing/accounts.ts';
-import { createTestApp, type TestApp } from '../../control-plane/src/testing/app.ts';
+import { boostRateLimits, call } from '../../control-plane/src/testing/accounts.ts';
+import type { TestApp } from '../../control-plane/src/testing/app.ts';
 import { ShiftedClock } from '../../control-plane/src/testing/clock.ts';
-import { type RunningAgent, startAgent } from '../agent/harness.ts';
-import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
-import { memoizedHost, waitFor } from './harness.ts';
+import type { RunningAgent } from '../agent/harness.ts';
+import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
+import { type ClusterFleet, startClusterFleet, waitFor } from './harness.ts';
 
 /**
  * Clusters end to end: the control plane over HTTP on loopback, a real agent (simulated 2xH100, the
@@ -18,52 +18,23 @@ import { memoizedHost, waitFor } from './harness.ts';
 describe.skipIf(!dockerOrFail('test/clusters/lifecycle.e2e.db.test.ts'))(
   'cluster lifecycle with a real agent and Docker',
   () => {
+    let fleet: ClusterFleet;
     let t: TestApp;
     /** The control plane's time: billing is checked across time skipped ahead, not slept through. */
     const clock = new ShiftedClock();
     let docker: Dockerode;
     let agent: RunningAgent;
-    let hostId: string;
     const snapshots: string[] = [];
 
     beforeAll(async () => {
-      docker = testDocker();
-      await ensureBusyboxImage(docker);
-      t = await createTestApp({ env: { ANVIL_HEARTBEAT_SECONDS: '1', ANVIL_METRICS_SECONDS: '1' }, clock });
-      await t.app.listen({ port: 0, host: '127.0.0.1' });
-      const address = t.app.server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      const token = await call(t, { method: 'POST', url: '/v2/admin/hosts/join-tokens', payload: {} });
-      expect(token.statusCode, token.body).toBe(201);
-      // Generous handshake: this machine's CPU is shared, and inventory gathering can be slow under load.
-      agent = await startAgent(docker, {
-        controlPlaneUrl: `http://127.0.0.1:${port}`,
-        joinToken: token.json().value,
-        handshakeTimeoutMs: 60_000,
-        host: memoizedHost(),
-      });
-      hostId = await waitFor(
-        'host ready',
-        async () => {
-          const host = await t.context.db.prisma.host.findFirst({ where: { state: 'ready', gpuCount: 2 } });
-          return host?.id ?? null;
-        },
-        180_000,
-      );
+      fleet = await startClusterFleet({}, {}, clock);
+      ({ t, docker, agent } = fleet);
       await t.context.clusters.prices.set({ H100: 3.6 });
-      await call(t, {
-        method: 'POST',
-        url: '/v2/auth/temporary-boost',
-        payload: { multiplier: 10, duration: '1h', reason: 'tests' },
-      });
+      await boostRateLimits(t);
     }, 300_000);
 
     afterAll(async () => {
-      await agent?.stop().catch(() => {});
-      await t?.close();
-      if (hostId) {
-        await removeTestContainers(docker, `anvil.host=${hostId}`);
-      }
+      await fleet?.close();
       for (const image of snapshots)
         await docker
           .getImage(image)

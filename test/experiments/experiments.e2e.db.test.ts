@@ -2,10 +2,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call } from '../../control-plane/src/testing/accounts.ts';
+import { boostRateLimits, call } from '../../control-plane/src/testing/accounts.ts';
 import { type ClusterFleet, startClusterFleet, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
 import { dockerOrFail } from '../fixtures/images/docker.ts';
+import { uploadedDataset } from '../training/datasets.ts';
 
 /**
  * A trainer (busybox sh, trainer contract) whose loss after step i is 1/(i+1) + ANVIL_HP_FLOOR, with
@@ -40,28 +41,8 @@ describe.skipIf(!dockerOrFail('test/experiments/experiments.e2e.db.test.ts'))(
       datasetsDir = await mkdtemp(join(tmpdir(), 'anvil-experiments-'));
       fleet = await startClusterFleet({ ANVIL_DATASETS_DIR: datasetsDir });
       await fleet.t.context.clusters.prices.set({ H100: 3.6 });
-      await call(fleet.t, {
-        method: 'POST',
-        url: '/v2/auth/temporary-boost',
-        payload: { multiplier: 10, duration: '1h', reason: 'tests' },
-      });
-      const dataset = await call(fleet.t, {
-        method: 'POST',
-        url: '/v2/training/datasets',
-        payload: { name: 'tiny', type: 'text', format: 'jsonl' },
-      });
-      expect(dataset.statusCode, dataset.body).toBe(201);
-      const put = await fleet.t.app.inject({
-        method: 'PUT',
-        url: `/v2/training/uploads/datasets/${dataset.json().id}`,
-        headers: {
-          authorization: `Bearer ${dataset.json().uploadToken}`,
-          'content-type': 'application/octet-stream',
-        },
-        payload: Buffer.from('{"text":"a"}\n{"text":"b"}\n'),
-      });
-      expect(put.statusCode, put.body).toBe(202);
-      await fleet.t.context.datasets.processor.idle();
+      await boostRateLimits(fleet.t);
+      const datasetId = await uploadedDataset(fleet.t, '{"text":"a"}\n{"text":"b"}\n');
       for (const [name, learningRate, floor] of [
         ['low-lr', 0.001, 0.3],
         ['mid-lr', 0.01, 0.1],
@@ -72,7 +53,7 @@ describe.skipIf(!dockerOrFail('test/experiments/experiments.e2e.db.test.ts'))(
           payload: {
             name,
             modelType: 'custom',
-            datasetId: dataset.json().id,
+            datasetId,
             gpuType: 'h100',
             config: {
               image: BUSYBOX_IMAGE,

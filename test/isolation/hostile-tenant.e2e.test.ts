@@ -3,11 +3,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bridgeNameOf } from '../../agent/src/network/account-networks.ts';
 import { PIDS_LIMIT } from '../../control-plane/src/fleet/workloads/limits.ts';
 import { addAccount, call, type TestMember } from '../../control-plane/src/testing/accounts.ts';
-import { createTestApp, type TestApp } from '../../control-plane/src/testing/app.ts';
-import { type RunningAgent, startAgent } from '../agent/harness.ts';
-import { memoizedHost, waitFor } from '../clusters/harness.ts';
-import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts';
-import { dockerOrFail, removeTestContainers, testDocker } from '../fixtures/images/docker.ts';
+import type { TestApp } from '../../control-plane/src/testing/app.ts';
+import { type ClusterFleet, startClusterFleet, waitFor } from '../clusters/harness.ts';
+import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
+import { dockerOrFail } from '../fixtures/images/docker.ts';
 import {
   execIn,
   httpGetIn,
@@ -29,9 +28,9 @@ const LINK_LOCAL = '169.254.77.7';
 describe.skipIf(!dockerOrFail('test/isolation/hostile-tenant.e2e.test.ts'))(
   'a hostile tenant on a shared host',
   () => {
+    let fleet: ClusterFleet;
     let t: TestApp;
     let docker: Dockerode;
-    let agent: RunningAgent;
     let hostId: string;
     let mallory: TestMember;
     let alice: string;
@@ -82,28 +81,8 @@ describe.skipIf(!dockerOrFail('test/isolation/hostile-tenant.e2e.test.ts'))(
     };
 
     beforeAll(async () => {
-      docker = testDocker();
-      await ensureBusyboxImage(docker);
-      t = await createTestApp({ env: { ANVIL_HEARTBEAT_SECONDS: '1', ANVIL_METRICS_SECONDS: '1' } });
-      await t.app.listen({ port: 0, host: '127.0.0.1' });
-      const address = t.app.server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      const token = await call(t, { method: 'POST', url: '/v2/admin/hosts/join-tokens', payload: {} });
-      expect(token.statusCode, token.body).toBe(201);
-      agent = await startAgent(docker, {
-        controlPlaneUrl: `http://127.0.0.1:${port}`,
-        joinToken: token.json().value,
-        handshakeTimeoutMs: 60_000,
-        host: memoizedHost(),
-      });
-      hostId = await waitFor(
-        'host ready',
-        async () => {
-          const host = await t.context.db.prisma.host.findFirst({ where: { state: 'ready', gpuCount: 2 } });
-          return host?.id ?? null;
-        },
-        180_000,
-      );
+      fleet = await startClusterFleet();
+      ({ t, docker, hostId } = fleet);
       await t.context.clusters.prices.set({ H100: 3.6 });
       mallory = await addAccount(t, 'Mallory');
 
@@ -126,12 +105,8 @@ describe.skipIf(!dockerOrFail('test/isolation/hostile-tenant.e2e.test.ts'))(
     }, 400_000);
 
     afterAll(async () => {
-      await agent?.stop().catch(() => {});
-      await t?.close();
-      if (hostId) {
-        await removeTestContainers(docker, `anvil.host=${hostId}`);
-        await removeTestNetworks(docker, hostId);
-      }
+      await fleet?.close();
+      if (hostId) await removeTestNetworks(docker, hostId);
       await hostListener?.close();
       await linkLocalListener?.close();
       await dummy?.remove().catch(() => {});

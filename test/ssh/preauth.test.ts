@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { newId } from '@anvil/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addAccount, addMember, type TestMember } from '../../control-plane/src/testing/accounts.ts';
+import { clusterRow } from '../../control-plane/src/testing/cluster-row.ts';
 import { createTestApp, type TestApp } from '../../control-plane/src/testing/index.ts';
 import { type Keypair, keygen, runTool } from './fixtures.ts';
 
@@ -38,21 +39,13 @@ describe('SSH relay before authentication', () => {
     port = (await t.context.ssh.listen(0, '127.0.0.1')).port;
     clusterId = newId('cluster');
     await t.context.db.prisma.cluster.create({
-      data: {
+      data: clusterRow({
         id: clusterId,
         accountId: t.accountId,
         ownerId: t.userId,
         name: 'preauth',
-        status: 'running',
-        gpuType: 'H100',
-        gpuCount: 1,
-        cpuCores: 1,
-        memoryGb: 1,
-        storageGb: 1,
-        dockerImage: 'busybox',
-        command: [],
         sshEnabled: true,
-      },
+      }),
     });
     await t.context.db.prisma.resource.create({
       data: { id: clusterId, accountId: t.accountId, type: 'cluster', name: 'preauth', ownerId: t.userId },

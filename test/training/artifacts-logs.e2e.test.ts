@@ -3,10 +3,16 @@ import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addAccount, call, type TestMember } from '../../control-plane/src/testing/accounts.ts';
+import {
+  addAccount,
+  boostRateLimits,
+  call,
+  type TestMember,
+} from '../../control-plane/src/testing/accounts.ts';
 import { type ClusterFleet, startClusterFleet, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
 import { dockerOrFail } from '../fixtures/images/docker.ts';
+import { uploadedDataset } from './datasets.ts';
 
 /**
  * Customers' logs and artifacts (issue 18 points 3 and 4), end to end: the control plane over loopback HTTP,
@@ -46,35 +52,15 @@ describe.skipIf(!dockerOrFail('test/training/artifacts-logs.e2e.test.ts'))(
       const address = fleet.t.app.server.address();
       base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
       other = await addAccount(fleet.t);
-      await call(fleet.t, {
-        method: 'POST',
-        url: '/v2/auth/temporary-boost',
-        payload: { multiplier: 10, duration: '1h', reason: 'tests' },
-      });
-      const dataset = await call(fleet.t, {
-        method: 'POST',
-        url: '/v2/training/datasets',
-        payload: { name: 'tiny', type: 'text', format: 'jsonl' },
-      });
-      expect(dataset.statusCode, dataset.body).toBe(201);
-      const put = await fleet.t.app.inject({
-        method: 'PUT',
-        url: `/v2/training/uploads/datasets/${dataset.json().id}`,
-        headers: {
-          authorization: `Bearer ${dataset.json().uploadToken}`,
-          'content-type': 'application/octet-stream',
-        },
-        payload: Buffer.from('{"text":"a"}\n'),
-      });
-      expect(put.statusCode, put.body).toBe(202);
-      await fleet.t.context.datasets.processor.idle();
+      await boostRateLimits(fleet.t);
+      const datasetId = await uploadedDataset(fleet.t, '{"text":"a"}\n');
       const job = await call(fleet.t, {
         method: 'POST',
         url: '/v2/training/jobs',
         payload: {
           name: 'artifacts',
           modelType: 'custom',
-          datasetId: dataset.json().id,
+          datasetId: datasetId,
           gpuType: 'h100',
           config: { image: BUSYBOX_IMAGE, command: ['sh', '-c', TRAINER] },
         },

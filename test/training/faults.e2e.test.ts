@@ -8,6 +8,7 @@ import { startAgent } from '../agent/harness.ts';
 import { memoizedHost, startClusterFleet, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
 import { dockerOrFail, removeTestContainers } from '../fixtures/images/docker.ts';
+import { uploadedDataset } from './datasets.ts';
 import { TRAINER_SCRIPT } from './trainer.ts';
 
 /**
@@ -53,22 +54,7 @@ describe.skipIf(!dockerOrFail('test/training/faults.e2e.test.ts'))(
     it('carries a running job through a restart, then fails it when its host dies and removes its container on return', {
       timeout: 400_000,
     }, async () => {
-      const created = await api({
-        method: 'POST',
-        url: '/v2/training/datasets',
-        payload: { name: 'tiny', type: 'text', format: 'jsonl' },
-      });
-      const datasetId = created.json().id;
-      await t.app.inject({
-        method: 'PUT',
-        url: `/v2/training/uploads/datasets/${datasetId}`,
-        headers: {
-          authorization: `Bearer ${created.json().uploadToken}`,
-          'content-type': 'application/octet-stream',
-        },
-        payload: Buffer.from('{"text":"a"}\n'),
-      });
-      await t.context.datasets.processor.idle();
+      const datasetId = await uploadedDataset(t, '{"text":"a"}\n');
       const job = (
         await api({
           method: 'POST',

@@ -3,10 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileCredentialStore } from '../../agent/src/connection/credential-store.ts';
-import { addAccount, call } from '../../control-plane/src/testing/accounts.ts';
+import { addAccount, boostRateLimits, call } from '../../control-plane/src/testing/accounts.ts';
 import { type ClusterFleet, startClusterFleet, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
 import { dockerOrFail } from '../fixtures/images/docker.ts';
+import { uploadedDataset } from './datasets.ts';
 import { TRAINER_SCRIPT } from './trainer.ts';
 
 /**
@@ -33,29 +34,8 @@ describe.skipIf(!dockerOrFail('test/training/jobs.e2e.db.test.ts'))(
       datasetsDir = await mkdtemp(join(tmpdir(), 'anvil-training-'));
       fleet = await startClusterFleet({ ANVIL_DATASETS_DIR: datasetsDir });
       await fleet.t.context.clusters.prices.set({ H100: 3.6 });
-      await call(fleet.t, {
-        method: 'POST',
-        url: '/v2/auth/temporary-boost',
-        payload: { multiplier: 10, duration: '1h', reason: 'tests' },
-      });
-      const created = await call(fleet.t, {
-        method: 'POST',
-        url: '/v2/training/datasets',
-        payload: { name: 'lines', type: 'text', format: 'jsonl' },
-      });
-      expect(created.statusCode, created.body).toBe(201);
-      datasetId = created.json().id;
-      const put = await fleet.t.app.inject({
-        method: 'PUT',
-        url: `/v2/training/uploads/datasets/${datasetId}`,
-        headers: {
-          authorization: `Bearer ${created.json().uploadToken}`,
-          'content-type': 'application/octet-stream',
-        },
-        payload: DATASET,
-      });
-      expect(put.statusCode, put.body).toBe(202);
-      await fleet.t.context.datasets.processor.idle();
+      await boostRateLimits(fleet.t);
+      datasetId = await uploadedDataset(fleet.t, DATASET, 'lines');
     }, 300_000);
 
     afterAll(async () => {

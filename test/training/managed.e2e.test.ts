@@ -9,6 +9,7 @@ import type { TestApp } from '../../control-plane/src/testing/app.ts';
 import { startClusterFleet, waitFor } from '../clusters/harness.ts';
 import { BUSYBOX_IMAGE } from '../fixtures/images/busybox.ts';
 import { dockerOrFail } from '../fixtures/images/docker.ts';
+import { uploadedDataset } from './datasets.ts';
 import { TRAINER_SCRIPT } from './trainer.ts';
 
 /** The recipe's entrypoint: checks what managed training promises it, then "trains" (exits 0). */
@@ -47,22 +48,7 @@ describe.skipIf(!dockerOrFail('test/training/managed.e2e.test.ts'))('managed tra
     );
     t = fleet.t;
     mallory = await addAccount(t, 'Mallory');
-    const created = await call(t, {
-      method: 'POST',
-      url: '/v2/training/datasets',
-      payload: { name: 'tiny', type: 'text', format: 'jsonl' },
-    });
-    datasetId = created.json().id;
-    await t.app.inject({
-      method: 'PUT',
-      url: `/v2/training/uploads/datasets/${datasetId}`,
-      headers: {
-        authorization: `Bearer ${created.json().uploadToken}`,
-        'content-type': 'application/octet-stream',
-      },
-      payload: Buffer.from('{"text":"a"}\n'),
-    });
-    await t.context.datasets.processor.idle();
+    datasetId = await uploadedDataset(t, '{"text":"a"}\n');
   }, 300_000);
 
   afterAll(async () => {

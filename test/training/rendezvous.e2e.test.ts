@@ -15,6 +15,7 @@ import { BUSYBOX_IMAGE, ensureBusyboxImage } from '../fixtures/images/busybox.ts
 import { dockerOrFail } from '../fixtures/images/docker.ts';
 import { type Dockerd, startDockerd } from '../fleet/docker.ts';
 import { execIn } from '../isolation/host-net.ts';
+import { uploadedDataset } from './datasets.ts';
 
 /**
  * Rank 0 listens at MASTER_ADDR:MASTER_PORT; rank 1 waits for /tmp/go (the test's signal, so another
@@ -109,22 +110,7 @@ describe.skipIf(!dockerOrFail('multi-host training rendezvous', { extraDaemons: 
       }
       await t.context.clusters.prices.set({ H100: 3.6 });
       mallory = await addAccount(t, 'Mallory');
-      const created = await call(t, {
-        method: 'POST',
-        url: '/v2/training/datasets',
-        payload: { name: 'tiny', type: 'text', format: 'jsonl' },
-      });
-      datasetId = created.json().id;
-      await t.app.inject({
-        method: 'PUT',
-        url: `/v2/training/uploads/datasets/${datasetId}`,
-        headers: {
-          authorization: `Bearer ${created.json().uploadToken}`,
-          'content-type': 'application/octet-stream',
-        },
-        payload: Buffer.from('{"text":"a"}\n'),
-      });
-      await t.context.datasets.processor.idle();
+      datasetId = await uploadedDataset(t, '{"text":"a"}\n');
     }, 400_000);
 
     afterAll(async () => {

@@ -1,12 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type Dockerode from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
-import { ensureBusyboxImage } from '../../../test/fixtures/images/busybox.ts';
-import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
+import { type RealEngine, realEngine } from '../../../test/agent/real-engine.ts';
+import { dockerOrFail } from '../../../test/fixtures/images/docker.ts';
 import { ImageMissingError } from './errors.ts';
 import { createContainerRuntime } from './runtime.ts';
 
@@ -29,21 +28,19 @@ function waitFor<T>(fn: () => Promise<T | null | undefined | false>, timeoutMs =
 describe.skipIf(!dockerOrFail('agent/src/docker/runtime.test.ts'))(
   'container runtime against the real Docker engine',
   () => {
+    let engine: RealEngine;
     let docker: Dockerode;
     let volumeRoot: string;
     const runtime = () => createContainerRuntime(docker);
     const context = () => ({ hostId, volumeRoot, gpuMode: 'env-only' as const });
 
     beforeAll(async () => {
-      docker = testDocker();
-      await ensureBusyboxImage(docker);
-      volumeRoot = await mkdtemp(join(tmpdir(), 'anvil-volumes-'));
+      engine = await realEngine();
+      ({ docker, volumeRoot } = engine);
     });
 
     afterAll(async () => {
-      await removeTestContainers(docker, `anvil.host=${hostId}`);
-      await removeTestContainers(docker, `anvil.run=${run}`);
-      await rm(volumeRoot, { recursive: true, force: true });
+      await engine?.remove(`anvil.host=${hostId}`, `anvil.run=${run}`);
     });
 
     it('creates and starts a container with labels, limits, ports, volume, GPU env and restart policy', async () => {

@@ -19,6 +19,7 @@
  */
 import type { GpuDevice } from '@anvil/shared/protocol';
 import { type GpuEvidence, type NvmlCallError, unknownEvidence } from './health.ts';
+import { type GpuReadings, noReadings } from './no-readings.ts';
 import {
   loadNvml,
   NVML_ERROR_GPU_IS_LOST,
@@ -37,17 +38,7 @@ export type InventoryItem = Omit<GpuDevice, 'uuid'> & { uuid: string | null };
 
 export interface SampleItem {
   uuid: string | null;
-  metrics: {
-    utilizationPercent: number | null;
-    memoryUtilizationPercent: number | null;
-    memoryUsedBytes: number | null;
-    memoryTotalBytes: number | null;
-    temperatureC: number | null;
-    powerWatts: number | null;
-    smClockMhz: number | null;
-    memoryClockMhz: number | null;
-    processes: { pid: number; usedMemoryBytes: number | null }[];
-  };
+  metrics: GpuReadings;
   evidence: GpuEvidence;
 }
 
@@ -237,7 +228,7 @@ function main(): void {
           item:
             request.type === 'inventory'
               ? { index, uuid: null, name: '', memoryTotalBytes: null, pciBusId: null, migEnabled: null }
-              : { uuid: null, metrics: emptyMetrics(), evidence },
+              : { uuid: null, metrics: noReadings(), evidence },
         });
         continue;
       }
@@ -252,20 +243,6 @@ function main(): void {
   // The agent went away: nothing left to answer.
   process.on('disconnect', () => process.exit(0));
   send({ type: 'ready' });
-}
-
-function emptyMetrics(): SampleItem['metrics'] {
-  return {
-    utilizationPercent: null,
-    memoryUtilizationPercent: null,
-    memoryUsedBytes: null,
-    memoryTotalBytes: null,
-    temperatureC: null,
-    powerWatts: null,
-    smClockMhz: null,
-    memoryClockMhz: null,
-    processes: [],
-  };
 }
 
 /** Evidence for a GPU whose handle NVML would not give: lost, or another error. */

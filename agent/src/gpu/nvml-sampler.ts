@@ -17,6 +17,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { GpuDevice, GpuInventory, GpuMetrics } from '@anvil/shared/protocol';
 import type { Logger } from 'pino';
 import { GpuHealthTracker, unknownEvidence } from './health.ts';
+import { noReadings } from './no-readings.ts';
 import type { ChildMessage, ChildRequest, InventoryItem, SampleItem } from './nvml-child.ts';
 
 export interface NvmlSamplerOptions {
@@ -341,20 +342,7 @@ export class NvmlSampler {
           : unknownEvidence({
               errors: [{ fn: sourceOf(error), code: -1, message: error ?? 'no answer from NVML' }],
             });
-      out.push({
-        index,
-        uuid,
-        utilizationPercent: null,
-        memoryUtilizationPercent: null,
-        memoryUsedBytes: null,
-        memoryTotalBytes: null,
-        temperatureC: null,
-        powerWatts: null,
-        smClockMhz: null,
-        memoryClockMhz: null,
-        processes: [],
-        health: this.#health.update(uuid, evidence, now),
-      });
+      out.push({ index, uuid, ...noReadings(), health: this.#health.update(uuid, evidence, now) });
     }
     return out;
   }

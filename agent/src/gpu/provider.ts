@@ -1,6 +1,7 @@
 import type { GpuInventory, GpuMetrics } from '@anvil/shared/protocol';
 import type { Logger } from 'pino';
 import { errorMessage } from '../errors.ts';
+import { noReadings } from './no-readings.ts';
 import {
   inventoryArgs,
   metricArgs,
@@ -57,15 +58,8 @@ function simulatedProvider(spec: string, seed: string, logger: Logger): GpuProvi
       devices.map((d) => ({
         index: d.index,
         uuid: d.uuid,
-        utilizationPercent: null,
-        memoryUtilizationPercent: null,
-        memoryUsedBytes: null,
+        ...noReadings(),
         memoryTotalBytes: d.memoryTotalBytes,
-        temperatureC: null,
-        powerWatts: null,
-        smClockMhz: null,
-        memoryClockMhz: null,
-        processes: [],
       })),
     close: () => {},
   };

@@ -2,17 +2,15 @@ import { randomBytes } from 'node:crypto';
 import { link, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type Dockerode from 'dockerode';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
-import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../../../test/fixtures/images/busybox.ts';
-import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
+import { type RealEngine, realEngine, testReconciler } from '../../../test/agent/real-engine.ts';
+import { dockerOrFail, testDocker } from '../../../test/fixtures/images/docker.ts';
 import { systemClock } from '../clock.ts';
 import { volumeDir } from '../docker/container-config.ts';
 import { createContainerRuntime } from '../docker/runtime.ts';
 import { detectStorageQuota, parseMounts, storageQuotaOf } from '../docker/storage-quota.ts';
-import { Reconciler } from '../reconcile/reconciler.ts';
 import { DiskMeter, directoryBytes, overQuotaReason } from './disk-usage.ts';
 
 const MB = 1024 * 1024;
@@ -73,23 +71,20 @@ describe('storage quota detection', () => {
 describe.skipIf(!withDocker)('disk measure against the real Docker engine', () => {
   const run = randomBytes(4).toString('hex');
   const hostId = `host_du_${run}`;
-  let docker: Dockerode;
-  let volumeRoot: string;
+  let engine: RealEngine;
 
   beforeAll(async () => {
-    docker = testDocker();
-    await ensureBusyboxImage(docker);
-    volumeRoot = await mkdtemp(join(tmpdir(), 'anvil-du-volumes-'));
+    engine = await realEngine();
   });
 
   afterAll(async () => {
-    await removeTestContainers(docker, `anvil.host=${hostId}`);
-    await rm(volumeRoot, { recursive: true, force: true });
+    await engine?.remove(`anvil.host=${hostId}`);
   });
 
   it('measures the writable layer plus the volume, and reports a workload over its bound', {
     timeout: 120_000,
   }, async () => {
+    const { docker, volumeRoot } = engine;
     const runtime = createContainerRuntime(docker);
     const layerBytes = runtime.layerBytes!.bind(runtime);
     const meter = new DiskMeter({
@@ -98,19 +93,7 @@ describe.skipIf(!withDocker)('disk measure against the real Docker engine', () =
       logger: pino({ level: 'silent' }),
       everyMs: 0,
     });
-    const reconciler = new Reconciler({
-      hostImages: TEST_HOST_IMAGES,
-      runtime,
-      hostId,
-      volumeRoot,
-      gpuMode: 'env-only',
-      clock: systemClock,
-      logger: pino({ level: 'silent' }),
-      onContainerState: () => {},
-      onActualState: () => {},
-      onPullProgress: () => {},
-      diskUsage: (id) => meter.usage(id),
-    });
+    const reconciler = testReconciler({ runtime, hostId, volumeRoot, diskUsage: (id) => meter.usage(id) });
     const id = `du-${run}`;
     // 2 MB into the writable layer, 3 MB into the volume, then wait; the bound is 4 MB.
     const spec = workloadSpec(id, {

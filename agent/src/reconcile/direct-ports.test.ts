@@ -1,17 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import type Dockerode from 'dockerode';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
-import { ensureBusyboxImage, TEST_HOST_IMAGES } from '../../../test/fixtures/images/busybox.ts';
-import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
-import { systemClock } from '../clock.ts';
+import { type RealEngine, realEngine, testReconciler } from '../../../test/agent/real-engine.ts';
+import { dockerOrFail } from '../../../test/fixtures/images/docker.ts';
 import { createContainerRuntime } from '../docker/runtime.ts';
-import { Reconciler } from './reconciler.ts';
 
 /** The first bytes a TCP server on 127.0.0.1:port sends after a request, or the connection error. */
 function fetchRaw(port: number): Promise<string> {
@@ -29,35 +22,25 @@ describe.skipIf(!dockerOrFail('agent/src/reconcile/direct-ports.test.ts'))(
   () => {
     const run = randomBytes(4).toString('hex');
     const hostId = `host_dp_${run}`;
-    let docker: Dockerode;
-    let volumeRoot: string;
+    let engine: RealEngine;
 
     beforeAll(async () => {
-      docker = testDocker();
-      await ensureBusyboxImage(docker);
-      volumeRoot = await mkdtemp(join(tmpdir(), 'anvil-dp-volumes-'));
+      engine = await realEngine();
     });
 
     afterAll(async () => {
-      await removeTestContainers(docker, `anvil.host=${hostId}`);
-      await rm(volumeRoot, { recursive: true, force: true });
+      await engine?.remove(`anvil.host=${hostId}`);
     });
 
     it('publishes on that address only, from the range, and reports the port Docker published', {
       timeout: 120_000,
     }, async () => {
       const first = 41_000 + (process.pid % 500) * 10;
-      const reconciler = new Reconciler({
-        hostImages: TEST_HOST_IMAGES,
+      const { docker, volumeRoot } = engine;
+      const reconciler = testReconciler({
         runtime: createContainerRuntime(docker),
         hostId,
         volumeRoot,
-        gpuMode: 'env-only',
-        clock: systemClock,
-        logger: pino({ level: 'silent' }),
-        onContainerState: () => {},
-        onActualState: () => {},
-        onPullProgress: () => {},
         directPorts: { address: '127.0.0.1', first, last: first + 9 },
       });
       const id = `dp-${run}`;

@@ -1,26 +1,20 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { WorkloadSpec } from '@anvil/shared/protocol';
 import type Dockerode from 'dockerode';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { workloadSpec } from '../../../test/agent/fixtures.ts';
-import {
-  BUSYBOX_IMAGE,
-  ensureBusyboxImage,
-  TEST_HOST_IMAGES,
-} from '../../../test/fixtures/images/busybox.ts';
-import { dockerOrFail, removeTestContainers, testDocker } from '../../../test/fixtures/images/docker.ts';
+import { type RealEngine, realEngine, testReconciler } from '../../../test/agent/real-engine.ts';
+import { BUSYBOX_IMAGE } from '../../../test/fixtures/images/busybox.ts';
+import { dockerOrFail, removeTestContainers } from '../../../test/fixtures/images/docker.ts';
 import { type Clock, systemClock } from '../clock.ts';
 import { buildCreateOptions } from '../docker/container-config.ts';
 import { specHash } from '../docker/labels.ts';
 import { type ContainerRuntime, createContainerRuntime } from '../docker/runtime.ts';
 import type { PullReport } from './image-puller.ts';
-import { type ActualReport, type ContainerStateChange, Reconciler } from './reconciler.ts';
+import type { ActualReport, ContainerStateChange, Reconciler } from './reconciler.ts';
 
 const run = randomBytes(4).toString('hex');
+let engine: RealEngine;
 let volumeRoot: string;
 let docker: Dockerode;
 
@@ -33,18 +27,15 @@ function setup(
   const changes: ContainerStateChange[] = [];
   const reports: ActualReport[] = [];
   const pulls: PullReport[] = [];
-  const reconciler = new Reconciler({
+  const reconciler = testReconciler({
     runtime,
     hostId,
     volumeRoot,
-    gpuMode: 'env-only',
     clock,
-    logger: pino({ level: 'silent' }),
     onContainerState: (c) => changes.push(c),
     onActualState: (r) => reports.push(r),
     onPullProgress: (p) => pulls.push(p),
     passRetryMs,
-    hostImages: TEST_HOST_IMAGES,
   });
   return { reconciler, changes, reports, pulls };
 }
@@ -100,15 +91,12 @@ describe.skipIf(!dockerOrFail('agent/src/reconcile/reconciler.test.ts'))(
     const wid = (name: string) => `rc-${run}-${name}`;
 
     beforeAll(async () => {
-      docker = testDocker();
-      await ensureBusyboxImage(docker);
-      volumeRoot = await mkdtemp(join(tmpdir(), 'anvil-rc-volumes-'));
+      engine = await realEngine();
+      ({ docker, volumeRoot } = engine);
     });
 
     afterAll(async () => {
-      for (const host of hosts) await removeTestContainers(docker, `anvil.host=${host}`);
-      await removeTestContainers(docker, `anvil.run=${run}`);
-      await rm(volumeRoot, { recursive: true, force: true });
+      await engine?.remove(...hosts.map((host) => `anvil.host=${host}`), `anvil.run=${run}`);
     });
 
     it('converges to the desired set, idempotently, and reports actual state', async () => {

@@ -4,6 +4,7 @@ import { insertSimulatedHosts } from '../scheduler/simulated-hosts.ts';
 import { addAccount, call } from '../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../testing/app.ts';
 import { clusterRow } from '../testing/cluster-row.ts';
+import { createEndpoint } from '../testing/endpoints.ts';
 import { waitFor } from '../testing/wait.ts';
 
 type LoopState = { passes: number; wakeAt: number };
@@ -53,18 +54,7 @@ describe('a quiet idle control plane: background loops wake on events, not on a 
 
   it('a queued job wakes the dispatcher and the queue housekeeping at once; housekeeping then sleeps until the job’s ttl', async () => {
     await insertSimulatedHosts(t.context.db, { prefix: 'idle', count: 1, gpusPerHost: 2 });
-    const created = await call(t, {
-      method: 'POST',
-      url: '/v2/endpoints',
-      payload: {
-        name: 'idle',
-        image: 'anvil-test/busybox:latest',
-        gpuType: 'H100',
-        configuration: { workerCount: 1 },
-      },
-    });
-    expect(created.statusCode, created.body).toBe(201);
-    const endpointId = created.json().id as string;
+    const endpointId = await createEndpoint(t, 'idle');
     const dispatcher = loops['endpoint dispatcher']!().passes;
     const maintenance = loops['endpoint queue maintenance']!().passes;
     const ran = await call(t, {

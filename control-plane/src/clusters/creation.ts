@@ -2,6 +2,7 @@ import type { WorkloadSpec as WorkloadSpecValue } from '@anvil/shared/protocol';
 import type { Cluster, Prisma } from '../db/generated/client.ts';
 import type { Database } from '../db/index.ts';
 import type { Placement, PlacementRequest } from '../scheduler/placement.ts';
+import { requestParams } from '../scheduler/placement-sql.ts';
 import { createStatement } from './create-sql.ts';
 
 /** A cluster to create: its columns as the create request resolved them, and who creates it. */
@@ -106,13 +107,7 @@ export class ClusterCreation {
     });
     const [row] = await this.#run(text, name, [
       cluster.id,
-      request.gpuType,
-      request.gpuCount,
-      request.cpuCores,
-      request.memoryGb,
-      request.storageGb,
-      request.region,
-      request.hostId,
+      ...requestParams(request),
       cluster.createdAt,
       cluster.accountId,
       cluster.ownerId,

@@ -2,6 +2,7 @@ import { newId } from '@anvil/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestApp, type TestApp } from '../testing/app.ts';
 import { capturedLogger } from '../testing/captured-logs.ts';
+import { clusterRow } from '../testing/cluster-row.ts';
 
 /**
  * A failed cluster whose container cannot be told to stop is logged, not silently left running, and the
@@ -20,20 +21,7 @@ describe('failing a cluster', () => {
     // A running cluster whose workload row is gone: setting it to stopped fails (workload not found).
     const id = newId('cluster');
     await t.context.db.prisma.cluster.create({
-      data: {
-        id,
-        accountId: t.accountId,
-        ownerId: t.userId,
-        name: 'failing',
-        status: 'running',
-        gpuType: 'H100',
-        gpuCount: 1,
-        cpuCores: 1,
-        memoryGb: 1,
-        storageGb: 1,
-        dockerImage: 'busybox',
-        command: [],
-      },
+      data: clusterRow({ id, accountId: t.accountId, ownerId: t.userId, name: 'failing' }),
     });
     await t.context.clusters.service.fail(id, 'GPU 0 failed');
     const row = await t.context.db.prisma.cluster.findUniqueOrThrow({ where: { id } });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reservationOf } from '../scheduler/reservations.ts';
 import { insertSimulatedHosts } from '../scheduler/simulated-hosts.ts';
-import { call } from '../testing/accounts.ts';
+import { boostRateLimits, call } from '../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../testing/app.ts';
 import { waitFor } from '../testing/wait.ts';
 
@@ -17,12 +17,7 @@ describe('pending clusters: reservation for the head of the queue', () => {
     t = await createTestApp({ env: { ANVIL_HOST_GRACE_SECONDS: '3600' } });
     await insertSimulatedHosts(t.context.db, { prefix: 'rs', count: 1, gpusPerHost: 8, region: 'us-east-1' });
     // POST /clusters is limited to 20 an hour per account (spec); this file creates more.
-    const boost = await call(t, {
-      method: 'POST',
-      url: '/v2/auth/temporary-boost',
-      payload: { multiplier: 10, duration: '1h', reason: 'tests' },
-    });
-    expect(boost.statusCode, boost.body).toBe(201);
+    await boostRateLimits(t);
   });
 
   afterAll(async () => {

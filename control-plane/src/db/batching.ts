@@ -22,3 +22,38 @@ export function batchRowsFor(sql: Sql, serverRows: number): number {
 export function betweenStatements(sql: Sql): Promise<void> | undefined {
   return sql.inThread ? turn() : undefined;
 }
+
+export interface DeleteOlderThan {
+  table: string;
+  /** The timestamp column compared with the cutoff. */
+  column: string;
+  /** ISO timestamp: rows whose column is before it go. */
+  cutoff: string;
+  /** The column a chunk is picked by (default id). */
+  key?: string;
+  /** Rows per statement, so a large purge never holds long locks (default 10 000). */
+  chunk?: number;
+  /** Passes over rows another process is deleting at the same moment instead of waiting for them. */
+  skipLocked?: boolean;
+}
+
+/** Deletes what retention let go, a chunk per statement until a statement finds less; returns the rows deleted. */
+export async function deleteOlderThan(sql: Sql, o: DeleteOlderThan): Promise<number> {
+  const key = o.key ?? 'id';
+  const chunk = o.chunk ?? 10_000;
+  const lock = o.skipLocked ? ' FOR UPDATE SKIP LOCKED' : '';
+  let total = 0;
+  for (;;) {
+    const rows = await sql.query<{ n: number }>(
+      `WITH gone AS (
+         DELETE FROM ${o.table}
+          WHERE ${key} IN (SELECT ${key} FROM ${o.table} WHERE ${o.column} < $1 LIMIT ${chunk}${lock})
+         RETURNING 1
+       ) SELECT count(*)::int AS n FROM gone`,
+      [o.cutoff],
+    );
+    const n = Number(rows[0]?.n ?? 0);
+    total += n;
+    if (n < chunk) return total;
+  }
+}

@@ -1,18 +1,8 @@
 import type { Experiment } from '../db/generated/client.ts';
+import type { JobArtifactSummary } from '../training/summary.ts';
 import type { Baseline, ExperimentStatistics, Insight } from './analysis.ts';
 import { directionOf, type RunMetrics } from './metrics.ts';
 import { type RunState, runParameters, runStatus, trainingSeconds } from './runs.ts';
-
-export interface Artifact {
-  id: string;
-  type: string;
-  name: string;
-  path: string;
-  sizeBytes: number | null;
-  sha256: string | null;
-  downloadUrl: string;
-  createdAt: string;
-}
 
 export interface RunView {
   id: string;
@@ -22,7 +12,7 @@ export interface RunView {
   status: string;
   parameters: Record<string, unknown>;
   metrics: RunMetrics;
-  artifacts: Artifact[];
+  artifacts: JobArtifactSummary[];
   tags: string[];
   notes: string | null;
   cost: number | null;
@@ -36,7 +26,7 @@ export interface RunView {
 }
 
 /** Artifacts of a run's job: the files its trainer reported and its checkpoints (training/artifacts). */
-function artifactsOf(state: RunState): Artifact[] {
+function artifactsOf(state: RunState): JobArtifactSummary[] {
   return state.job?.artifacts ?? [];
 }
 

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { openPostgres } from '../db/index.ts';
+import { createApiKey } from '../testing/accounts.ts';
 import { createTestApp, ManualClock, type TestApp } from '../testing/index.ts';
 
 const START = new Date('2026-05-01T10:20:00.000Z');
@@ -42,16 +43,7 @@ describe('rate limiting', () => {
   const verify = (headers: Record<string, string> = {}, app = t.app) =>
     app.inject({ method: 'GET', url: '/v2/auth/verify', headers: { ...t.auth(), ...headers } });
 
-  async function createKey(body: Record<string, unknown>) {
-    const res = await t.app.inject({
-      method: 'POST',
-      url: '/v2/auth/api-keys',
-      headers: t.auth(),
-      payload: body,
-    });
-    expect(res.statusCode).toBe(201);
-    return res.json().value as string;
-  }
+  const createKey = async (body: Record<string, unknown>) => (await createApiKey(t, body)).value;
 
   it('puts the headers on every authenticated response, errors included, and none on others', async () => {
     await setup('enterprise');

@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
 import type { Clock } from '../auth/clock.ts';
+import { deleteOlderThan } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
-import { type BatchBuffer, BatchWriter } from '../fleet/telemetry/batch-writer.ts';
+import { RetainedTable } from '../db/retained-table.ts';
+import type { BatchBuffer } from '../fleet/telemetry/batch-writer.ts';
 import { type Logger, silentLogger } from '../logger.ts';
-import { Intervals } from '../util/intervals.ts';
 
 export interface AccessLogEntry {
   timestamp: string;
@@ -203,48 +204,41 @@ class TrafficBuffer implements BatchBuffer<TrafficRow> {
  */
 export class TrafficRecorder {
   private readonly buffer: TrafficBuffer;
-  private readonly writer: BatchWriter<TrafficRow>;
+  private readonly table: RetainedTable<TrafficRow>;
   /** Visitors known to be stored, per mapping (`port\nvisitor`), so their hash is computed once. */
   private readonly knownVisitors = new Set<string>();
   /** Clusters written since the last purge: the only ones whose count can exceed the capacity. */
   private trimNext = new Set<string>();
   private readonly sql: Sql;
   private readonly clock: Clock;
-  private readonly purgeIntervalMs: number;
-  private readonly logger: Logger;
-  private readonly intervals = new Intervals();
 
   constructor(options: TrafficRecorderOptions) {
     this.sql = options.sql;
     this.clock = options.clock;
-    this.purgeIntervalMs = options.purgeIntervalMs ?? 60_000;
-    this.logger = options.logger ?? silentLogger;
     this.buffer = new TrafficBuffer(options.maxBufferedEntries ?? 50_000, options.maxBufferedPorts ?? 10_000);
-    this.writer = new BatchWriter<TrafficRow>({
+    // The rings bound what a flush writes per cluster.
+    this.table = new RetainedTable<TrafficRow>({
       buffer: this.buffer,
       write: (rows) => this.write(rows),
       flushIntervalMs: options.flushIntervalMs ?? 1_000,
       maxBatch: BATCH_ROWS,
-      // The rings bound what a flush writes per cluster: only the timer (and readers) write.
-      flushAt: Number.POSITIVE_INFINITY,
-      maxAttempts: Number.POSITIVE_INFINITY,
-      onError: (error) =>
-        this.logger.warn(
-          { err: error, buffered: this.buffer.size, dropped: this.buffer.dropped },
-          'proxy traffic could not be written; will retry',
-        ),
+      purge: () => this.purge(),
+      purgeIntervalMs: options.purgeIntervalMs ?? 60_000,
+      logger: options.logger ?? silentLogger,
+      messages: {
+        write: 'proxy traffic could not be written; will retry',
+        purge: 'old proxy access log entries could not be purged',
+      },
     });
   }
 
   start(): void {
-    this.writer.start();
-    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
+    this.table.start();
   }
 
   /** Stops the timers and writes what is still buffered. */
-  async stop(): Promise<void> {
-    this.intervals.clear();
-    await this.writer.stop();
+  stop(): Promise<void> {
+    return this.table.stop();
   }
 
   /** Entries dropped because the buffer was full (the database unreachable for long). */
@@ -254,12 +248,12 @@ export class TrafficRecorder {
 
   /** Writes everything buffered so far (concurrent calls share runs); rejects when a write failed. */
   flush(): Promise<void> {
-    return this.writer.flushOrThrow();
+    return this.table.flushOrThrow();
   }
 
   log(clusterId: string, entry: AccessLogEntry): void {
     this.buffer.log(clusterId, entry);
-    this.writer.queued();
+    this.table.queued();
   }
 
   /** A request forwarded to the container through mapping `portId` and answered. */
@@ -275,7 +269,7 @@ export class TrafficRecorder {
       if (this.knownVisitors.size >= 100_000) this.knownVisitors.clear();
       this.knownVisitors.add(known);
     }
-    this.writer.queued();
+    this.table.queued();
   }
 
   /** The newest `limit` entries of a cluster from every process, newest first (after this one's flush). */
@@ -399,27 +393,8 @@ export class TrafficRecorder {
       for (const clusterId of clusters) this.trimNext.add(clusterId);
       throw error;
     }
-    const before = new Date(this.clock.now().getTime() - ACCESS_LOG_RETENTION_MS).toISOString();
-    for (;;) {
-      const rows = await this.sql.query<{ n: number }>(
-        `WITH gone AS (
-           DELETE FROM proxy_access_logs
-            WHERE id IN (SELECT id FROM proxy_access_logs WHERE at < $1 LIMIT 10000 FOR UPDATE SKIP LOCKED)
-           RETURNING 1
-         ) SELECT count(*)::int AS n FROM gone`,
-        [before],
-      );
-      const n = rows[0]?.n ?? 0;
-      total += n;
-      if (n < 10_000) return total;
-    }
-  }
-
-  private async purgeQuietly(): Promise<void> {
-    try {
-      await this.purge();
-    } catch (error) {
-      this.logger.warn({ err: error }, 'old proxy access log entries could not be purged');
-    }
+    const cutoff = new Date(this.clock.now().getTime() - ACCESS_LOG_RETENTION_MS).toISOString();
+    const old = { table: 'proxy_access_logs', column: 'at', cutoff, skipLocked: true };
+    return total + (await deleteOlderThan(this.sql, old));
   }
 }

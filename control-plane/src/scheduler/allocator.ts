@@ -4,7 +4,13 @@ import type { Database } from '../db/index.ts';
 import { hasUnindexedHosts, lockHost, refreshHost, syncCapacity } from './capacity.ts';
 import type { GpuType } from './gpu-types.ts';
 import type { Placement, PlacementRequest } from './placement.ts';
-import { BATCH_FUNCTION_SQL, BATCH_SQL, type PlacementRow, placementStatement } from './placement-sql.ts';
+import {
+  BATCH_FUNCTION_SQL,
+  BATCH_SQL,
+  type PlacementRow,
+  placementStatement,
+  requestParams,
+} from './placement-sql.ts';
 import { DROP_RESERVATION_SQL, queueAndReserve } from './reservations.ts';
 
 type Tx = Prisma.TransactionClient;
@@ -48,7 +54,10 @@ function placedOutcome(row: PlacementRow): AllocationOutcome | null {
   };
 }
 
-/** Could any host, empty, fit the request (busy), and which GPU types are there (for impossible)? */
+/**
+ * Could any host, empty, fit the request (busy), and which GPU types are there (for impossible)?
+ * $1..$7: requestParams.
+ */
 const CLASSIFY_SQL = `
   SELECT EXISTS (
            SELECT 1 FROM host_capacity c JOIN hosts h ON h.id = c.host_id
@@ -244,17 +253,7 @@ export class Allocator {
     clusterId: string,
     request: PlacementRequest,
   ): Promise<AllocationOutcome | 'busy' | 'impossible'> {
-    const params = [
-      clusterId,
-      request.gpuType,
-      request.gpuCount,
-      request.cpuCores,
-      request.memoryGb,
-      request.storageGb,
-      request.region,
-      request.hostId,
-      this.clock.now(),
-    ];
+    const params = [clusterId, ...requestParams(request), this.clock.now()];
     // PGlite has one connection: no other placement can hold a lock while this one runs.
     const waits = this.db.kind === 'pglite' ? [false] : [false, true];
     let couldFit = false;
@@ -278,15 +277,10 @@ export class Allocator {
 
   /** Busy (some host could ever fit) or impossible (none could), with the GPU types there are. */
   async classify(request: PlacementRequest): Promise<AllocationOutcome> {
-    const [row] = await this.db.sql.query<{ could_fit: boolean; gpu_types: string[] }>(CLASSIFY_SQL, [
-      request.gpuType,
-      request.gpuCount,
-      request.cpuCores,
-      request.memoryGb,
-      request.storageGb,
-      request.region,
-      request.hostId,
-    ]);
+    const [row] = await this.db.sql.query<{ could_fit: boolean; gpu_types: string[] }>(
+      CLASSIFY_SQL,
+      requestParams(request),
+    );
     if (row?.could_fit) return { kind: 'busy' };
     return { kind: 'impossible', availableGpuTypes: (row?.gpu_types ?? []) as GpuType[] };
   }

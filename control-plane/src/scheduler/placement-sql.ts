@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import type { PlacementRequest } from './placement.ts';
 import { RESERVATION_COUNTS } from './reservations.ts';
 
 /**
@@ -147,6 +148,15 @@ export interface PlacementVariant {
   region: boolean;
   /** The request is pinned to one host (a restart where its volume is). */
   pinned: boolean;
+}
+
+/**
+ * The request's parameters, in the order every statement here reads them after the cluster id ($2..$8
+ * of the placement and create statements): GPU type, count, CPU cores, memory, storage, region, host.
+ */
+export function requestParams(request: PlacementRequest): unknown[] {
+  const { gpuType, gpuCount, cpuCores, memoryGb, storageGb, region, hostId } = request;
+  return [gpuType, gpuCount, cpuCores, memoryGb, storageGb, region, hostId];
 }
 
 /**

@@ -1,6 +1,7 @@
 import { newId } from '@anvil/shared';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Endpoint } from '../db/generated/client.ts';
+import { endpointRow } from '../testing/endpoint-row.ts';
 import { createTestDatabase, ManualClock, type TestDatabase } from '../testing/index.ts';
 import { JobQueue, MAX_ATTEMPTS } from './jobs.ts';
 
@@ -22,19 +23,7 @@ describe('endpoint job queue', () => {
     await prisma.account.create({ data: { id: accountId, name: 'a' } });
     await prisma.gpuPrice.create({ data: { gpuType: 'H100', hourlyRate: 3.6 } });
     endpoint = await prisma.endpoint.create({
-      data: {
-        id: newId('ep'),
-        accountId,
-        ownerId: 'usr_x',
-        name: 'e',
-        dockerImage: 'img',
-        gpuType: 'H100',
-        gpuCount: 2,
-        workerCount: 2,
-        maxConcurrency: 2,
-        timeoutSeconds: 60,
-        autoScaling: {},
-      },
+      data: endpointRow({ accountId, gpuCount: 2, workerCount: 2, maxConcurrency: 2 }),
     });
     for (const [id, status] of [
       ['wl_a', 'ready'],

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertSimulatedHosts } from '../scheduler/simulated-hosts.ts';
 import { call } from '../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../testing/app.ts';
-import { waitFor } from '../testing/wait.ts';
+import { createEndpoint, placedWorker } from '../testing/endpoints.ts';
 
 /**
  * Per-endpoint gauges on /metrics (serverless/prometheus.ts), read from the jobs and workers as they are:
@@ -16,23 +16,8 @@ describe('per-endpoint Prometheus metrics', () => {
   beforeAll(async () => {
     t = await createTestApp({ env: { ANVIL_METRICS_TOKEN: 'metrics-secret-0123456789' } });
     await insertSimulatedHosts(t.context.db, { prefix: 'pm', count: 1, gpusPerHost: 2 });
-    const created = await call(t, {
-      method: 'POST',
-      url: '/v2/endpoints',
-      payload: {
-        name: 'metered',
-        image: 'anvil-test/busybox:latest',
-        gpuType: 'H100',
-        configuration: { workerCount: 1 },
-      },
-    });
-    expect(created.statusCode, created.body).toBe(201);
-    endpointId = created.json().id;
-    workerId = (
-      await waitFor('worker placed', () =>
-        t.context.db.prisma.endpointWorker.findFirst({ where: { endpointId } }),
-      )
-    ).id;
+    endpointId = await createEndpoint(t, 'metered');
+    workerId = (await placedWorker(t, endpointId)).id;
   });
   afterAll(async () => t?.close());
 

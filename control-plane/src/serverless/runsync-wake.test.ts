@@ -6,6 +6,7 @@ import { systemClock } from '../auth/clock.ts';
 import type { Endpoint, EndpointJob } from '../db/generated/client.ts';
 import { createTestDatabase, type TestDatabase, testDatabaseKind } from '../testing/database.ts';
 import { startDispatcherPair } from '../testing/dispatchers.ts';
+import { endpointRow } from '../testing/endpoint-row.ts';
 import { waitFor } from '../testing/wait.ts';
 import type { Dispatcher } from './dispatcher.ts';
 import { ExecutionService } from './execution.ts';
@@ -48,21 +49,7 @@ describe('runsync waits wake on the job’s end, not on a poll', () => {
     const prisma = database.db.prisma;
     const accountId = newId('acc');
     await prisma.account.create({ data: { id: accountId, name: 'a' } });
-    endpoint = await prisma.endpoint.create({
-      data: {
-        id: newId('ep'),
-        accountId,
-        ownerId: 'usr_x',
-        name: 'e',
-        dockerImage: 'img',
-        gpuType: 'H100',
-        gpuCount: 1,
-        workerCount: 1,
-        maxConcurrency: 8,
-        timeoutSeconds: 60,
-        autoScaling: {},
-      },
-    });
+    endpoint = await prisma.endpoint.create({ data: endpointRow({ accountId, maxConcurrency: 8 }) });
     await prisma.endpointWorker.create({
       data: {
         id: 'wl_wake',

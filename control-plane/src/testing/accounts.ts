@@ -66,7 +66,7 @@ export async function addAccount(t: TestApp, name = 'Other'): Promise<TestMember
 }
 
 export interface CallOptions {
-  method?: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  method?: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
   url: string;
   key?: string | TestMember;
   payload?: unknown;
@@ -82,6 +82,29 @@ export async function call(t: TestApp, options: CallOptions) {
     headers: { authorization: `Bearer ${key}`, ...options.headers },
     ...(options.payload === undefined ? {} : { payload: options.payload as Record<string, unknown> }),
   });
+}
+
+/** An API key of the owner's (POST /v2/auth/api-keys); its value is shown this once. */
+export async function createApiKey(
+  t: TestApp,
+  body: Record<string, unknown>,
+): Promise<{ value: string; key: { id: string } }> {
+  const res = await call(t, { method: 'POST', url: '/v2/auth/api-keys', payload: body });
+  if (res.statusCode !== 201) throw new Error(`api key: ${res.body}`);
+  return res.json();
+}
+
+/**
+ * Raises the owner's rate limits tenfold for an hour (POST /v2/auth/temporary-boost): for files that
+ * create more than a limit allows (POST /clusters: 20 an hour per account).
+ */
+export async function boostRateLimits(t: TestApp): Promise<void> {
+  const boost = await call(t, {
+    method: 'POST',
+    url: '/v2/auth/temporary-boost',
+    payload: { multiplier: 10, duration: '1h', reason: 'tests' },
+  });
+  if (boost.statusCode !== 201) throw new Error(`temporary boost: ${boost.body}`);
 }
 
 /** Registers a resource owned by a member, as the cluster and endpoint areas do when they create one. */

@@ -1,9 +1,9 @@
 import type { Clock } from '../auth/clock.ts';
-import { batchRowsFor, betweenStatements } from '../db/batching.ts';
+import { batchRowsFor, betweenStatements, deleteOlderThan } from '../db/batching.ts';
 import type { Sql } from '../db/index.ts';
-import { type BatchBuffer, BatchWriter } from '../fleet/telemetry/batch-writer.ts';
+import { RetainedTable } from '../db/retained-table.ts';
+import type { BatchBuffer } from '../fleet/telemetry/batch-writer.ts';
 import { type Logger, silentLogger } from '../logger.ts';
-import { Intervals } from '../util/intervals.ts';
 
 /** One authenticated API request, as /v2/analytics/api-usage counts it. */
 export interface RequestRecord {
@@ -174,53 +174,46 @@ class Rollups implements BatchBuffer<Rollup> {
  */
 export class RequestLog {
   private readonly rollups: Rollups;
-  private readonly writer: BatchWriter<Rollup>;
+  private readonly table: RetainedTable<Rollup>;
   private readonly sql: Sql;
   private readonly clock: Clock;
   private readonly retentionMs: number;
-  private readonly purgeIntervalMs: number;
-  private readonly logger: Logger;
-  private readonly intervals = new Intervals();
 
   constructor(options: RequestLogOptions) {
-    this.sql = options.sql;
+    const sql = options.sql;
+    this.sql = sql;
     this.clock = options.clock;
     this.rollups = new Rollups(options.maxRollups ?? 100_000);
     this.retentionMs = options.retentionMs ?? 91 * DAY_MS;
-    this.purgeIntervalMs = options.purgeIntervalMs ?? 3_600_000;
-    this.logger = options.logger ?? silentLogger;
-    const sql = options.sql;
-    this.writer = new BatchWriter<Rollup>({
+    // Rollups are few whatever the rate, and on PGlite each write costs the API.
+    this.table = new RetainedTable<Rollup>({
       buffer: this.rollups,
       write: (batch) => this.upsert(batch),
       flushIntervalMs: options.flushIntervalMs ?? (sql.inThread ? 10_000 : 1_000),
       maxBatch: batchRowsFor(sql, options.batchSize ?? 500),
-      // Only the timer writes: rollups are few whatever the rate, and on PGlite each write costs the API.
-      flushAt: Number.POSITIVE_INFINITY,
-      maxAttempts: Number.POSITIVE_INFINITY,
       betweenBatches: () => betweenStatements(sql),
-      onError: (error) =>
-        this.logger.warn(
-          { err: error, buffered: this.rollups.size, dropped: this.rollups.dropped },
-          'API request log could not be written; will retry',
-        ),
+      purge: () => this.purge(),
+      purgeIntervalMs: options.purgeIntervalMs ?? 3_600_000,
+      logger: options.logger ?? silentLogger,
+      messages: {
+        write: 'API request log could not be written; will retry',
+        purge: 'old API request log rows could not be purged',
+      },
     });
   }
 
   start(): void {
-    this.writer.start();
-    this.intervals.every(this.purgeIntervalMs, () => this.purgeQuietly());
+    this.table.start();
   }
 
-  async stop(): Promise<void> {
-    this.intervals.clear();
-    await this.writer.stop();
+  stop(): Promise<void> {
+    return this.table.stop();
   }
 
   /** Counts one request; nothing is written here. */
   record(entry: RequestRecord): void {
     this.rollups.record(entry);
-    this.writer.queued();
+    this.table.queued();
   }
 
   /** Rollups waiting to be written. */
@@ -230,7 +223,7 @@ export class RequestLog {
 
   /** Writes everything counted so far (concurrent calls share runs); rejects when a write failed. */
   flush(): Promise<void> {
-    return this.writer.flushOrThrow();
+    return this.table.flushOrThrow();
   }
 
   private async upsert(batch: Rollup[]): Promise<void> {
@@ -270,27 +263,7 @@ export class RequestLog {
 
   /** Deletes rows past retention, a bounded number per statement so no statement runs long. */
   async purge(): Promise<number> {
-    const before = new Date(this.clock.now().getTime() - this.retentionMs).toISOString();
-    let total = 0;
-    for (;;) {
-      const rows = await this.sql.query<{ n: number }>(
-        `WITH gone AS (
-           DELETE FROM api_requests WHERE id IN (SELECT id FROM api_requests WHERE created_at < $1 LIMIT 10000)
-           RETURNING 1
-         ) SELECT count(*)::int AS n FROM gone`,
-        [before],
-      );
-      const n = rows[0]?.n ?? 0;
-      total += n;
-      if (n < 10_000) return total;
-    }
-  }
-
-  private async purgeQuietly(): Promise<void> {
-    try {
-      await this.purge();
-    } catch (error) {
-      this.logger.warn({ err: error }, 'old API request log rows could not be purged');
-    }
+    const cutoff = new Date(this.clock.now().getTime() - this.retentionMs).toISOString();
+    return deleteOlderThan(this.sql, { table: 'api_requests', column: 'created_at', cutoff });
   }
 }

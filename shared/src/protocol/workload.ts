@@ -151,6 +151,19 @@ export const WorkloadSpec = Type.Object({
 export type WorkloadSpec = Static<typeof WorkloadSpec>;
 
 /**
+ * Where a spec's secrets sit in a logged object, alone or in a desired set (pino redact paths): the
+ * control plane and the agent redact them both, should a spec or message ever be logged.
+ */
+export const WORKLOAD_SECRET_LOG_PATHS: readonly string[] = [
+  '*.secretEnv',
+  '*.files[*].contentBase64',
+  '*.workloads[*].secretEnv',
+  '*.workloads[*].files[*].contentBase64',
+  '*.registryAuth',
+  '*.workloads[*].registryAuth',
+];
+
+/**
  * pending: nothing done yet; pulling: image being pulled; running; exited: ran and stopped on its own
  * (and its restart policy does not bring it back); failed: the agent could not create or start it
  * (error says why, e.g. the image could not be pulled).

@@ -1,5 +1,6 @@
 import { generateApiKey, hashApiKey, newId } from '@anvil/shared';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createApiKey } from '../../testing/accounts.ts';
 import { createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
 
 const START = new Date('2026-05-01T10:20:00.000Z');
@@ -27,15 +28,7 @@ describe('GET /v2/analytics/api-usage', () => {
       headers: t.auth(key),
     });
 
-  async function createKey(body: Record<string, unknown>) {
-    const res = await t.app.inject({
-      method: 'POST',
-      url: '/v2/auth/api-keys',
-      headers: t.auth(),
-      payload: body,
-    });
-    return res.json() as { value: string; key: { id: string } };
-  }
+  const createKey = (body: Record<string, unknown>) => createApiKey(t, body);
 
   /** A second account with its own key, written directly: account administration is not here yet. */
   async function otherAccountKey(): Promise<string> {

@@ -1,6 +1,6 @@
 import { hashApiKey } from '@anvil/shared';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { addMember } from '../../testing/accounts.ts';
+import { addMember, createApiKey } from '../../testing/accounts.ts';
 import { createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
 
 const START = new Date('2026-05-01T10:20:00.000Z');
@@ -33,16 +33,7 @@ describe('GET /v2/auth/rate-limits and POST /v2/auth/temporary-boost', () => {
       payload: payload as object,
     });
 
-  async function createKey(body: Record<string, unknown>) {
-    const res = await t.app.inject({
-      method: 'POST',
-      url: '/v2/auth/api-keys',
-      headers: t.auth(),
-      payload: body,
-    });
-    expect(res.statusCode).toBe(201);
-    return res.json() as { value: string; key: { id: string } };
-  }
+  const createKey = (body: Record<string, unknown>) => createApiKey(t, body);
 
   it('reports every limit with the real counts of the current windows', async () => {
     await setup('pro');

@@ -11,6 +11,7 @@ import { streamLogs } from '../../cluster-telemetry/stream.ts';
 import type { AppContext } from '../../context.ts';
 import { Envelope, ok } from '../../http/envelope.ts';
 import { wrappedErrors } from '../../http/error-body.ts';
+import { sendEventStream } from '../../http/event-stream.ts';
 import { actorOf } from '../accounts/common.ts';
 import {
   Aggregate,
@@ -321,16 +322,7 @@ export const clusterTelemetryRoutes: FastifyPluginAsyncTypebox<{ context: AppCon
         revoked: revoked.signal,
         onError: (error) => request.log.warn({ err: error }, 'log stream failed'),
       });
-      stream.on('close', release);
-      reply.raw.on('close', () => {
-        release();
-        stream.destroy();
-      });
-      return reply
-        .header('content-type', 'text/event-stream; charset=utf-8')
-        .header('cache-control', 'no-cache, no-transform')
-        .header('x-accel-buffering', 'no')
-        .send(stream as never);
+      return sendEventStream(reply, stream, release);
     },
   );
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertSimulatedHosts } from '../../scheduler/simulated-hosts.ts';
-import { addAccount, addMember, call } from '../../testing/accounts.ts';
+import { addAccount, addMember, boostRateLimits, call } from '../../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../testing/app.ts';
 import { waitFor } from '../../testing/wait.ts';
 
@@ -31,12 +31,7 @@ describe('cluster API: placement, errors, bad input, isolation', () => {
     });
     await t.context.clusters.prices.set({ H100: 2.5, A100: 1.2 });
     // POST /clusters is limited to 20 an hour per account (spec); this file creates more.
-    const boost = await call(t, {
-      method: 'POST',
-      url: '/v2/auth/temporary-boost',
-      payload: { multiplier: 10, duration: '1h', reason: 'tests' },
-    });
-    expect(boost.statusCode, boost.body).toBe(201);
+    await boostRateLimits(t);
   });
 
   afterAll(async () => {

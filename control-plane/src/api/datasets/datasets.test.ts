@@ -3,7 +3,7 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addAccount, addMember, type TestMember } from '../../testing/accounts.ts';
+import { addAccount, addMember, call, type TestMember } from '../../testing/accounts.ts';
 import { createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
 
 const sha256 = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex');
@@ -31,12 +31,7 @@ describe('training datasets API', () => {
   });
 
   const json = (method: 'GET' | 'POST' | 'PATCH' | 'DELETE', url: string, payload?: unknown, key?: string) =>
-    t.app.inject({
-      method,
-      url,
-      headers: { authorization: `Bearer ${key ?? t.ownerKey}` },
-      ...(payload === undefined ? {} : { payload: payload as Record<string, unknown> }),
-    });
+    call(t, { method, url, payload, key });
 
   const create = async (body: Record<string, unknown>, key?: string) => {
     const res = await json('POST', '/v2/training/datasets', body, key);

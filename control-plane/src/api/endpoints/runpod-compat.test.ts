@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { insertSimulatedHosts } from '../../scheduler/simulated-hosts.ts';
 import { addAccount, addMember, call } from '../../testing/accounts.ts';
 import { createTestApp, type TestApp } from '../../testing/app.ts';
+import { createEndpoint, placedWorker } from '../../testing/endpoints.ts';
 import { waitFor } from '../../testing/wait.ts';
 
 /**
@@ -18,22 +19,8 @@ describe('serverless execution: RunPod compatibility (status-sync, refused RunPo
   beforeAll(async () => {
     t = await createTestApp();
     await insertSimulatedHosts(t.context.db, { prefix: 's', count: 1, gpusPerHost: 2 });
-    const created = await call(t, {
-      method: 'POST',
-      url: '/v2/endpoints',
-      payload: {
-        name: 'sync',
-        image: 'anvil-test/busybox:latest',
-        gpuType: 'H100',
-        configuration: { workerCount: 1 },
-      },
-    });
-    expect(created.statusCode, created.body).toBe(201);
-    endpointId = created.json().id;
-    const worker = await waitFor('worker placed', () =>
-      t.context.db.prisma.endpointWorker.findFirst({ where: { endpointId } }),
-    );
-    workerId = worker.id;
+    endpointId = await createEndpoint(t, 'sync');
+    workerId = (await placedWorker(t, endpointId)).id;
   });
   afterAll(async () => t?.close());
 

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addAccount, addMember, type TestMember } from '../../testing/accounts.ts';
+import { addAccount, addMember, call as callApi, type TestMember } from '../../testing/accounts.ts';
 import { seedJob } from '../../testing/experiment-jobs.ts';
 import { createTestApp, ManualClock, type TestApp } from '../../testing/index.ts';
 
@@ -20,12 +20,7 @@ describe('experiments API: lifecycle, runs, access', () => {
   });
 
   const call = (method: 'GET' | 'POST' | 'PATCH', url: string, payload?: unknown, key?: string) =>
-    t.app.inject({
-      method,
-      url,
-      headers: { authorization: `Bearer ${key ?? t.ownerKey}` },
-      ...(payload === undefined ? {} : { payload: payload as Record<string, unknown> }),
-    });
+    callApi(t, { method, url, payload, key });
 
   const create = async (body: Record<string, unknown>, key?: string) => {
     const res = await call('POST', '/v2/training/experiments', body, key);

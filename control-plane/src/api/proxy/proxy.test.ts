@@ -2,6 +2,7 @@ import { newId } from '@anvil/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { proxyViewPart } from '../../proxy/service.ts';
 import { addAccount, addMember, call, type TestMember } from '../../testing/accounts.ts';
+import { clusterRow } from '../../testing/cluster-row.ts';
 import { createTestApp, type TestApp } from '../../testing/index.ts';
 
 describe('proxy configuration API', () => {
@@ -15,25 +16,17 @@ describe('proxy configuration API', () => {
     stranger = await addAccount(t);
     viewer = await addMember(t, { role: 'viewer' });
     await t.context.db.prisma.cluster.create({
-      data: {
+      data: clusterRow({
         id: clusterId,
         accountId: t.accountId,
         ownerId: t.userId,
         name: 'api',
         status: 'stopped',
-        gpuType: 'H100',
-        gpuCount: 1,
-        cpuCores: 1,
-        memoryGb: 1,
-        storageGb: 1,
-        dockerImage: 'x',
-        command: [],
         ports: [
           { internal_port: 8888, protocol: 'tcp', description: 'jupyter' },
           { internal_port: 6006, protocol: 'tcp', description: 'tensorboard' },
         ],
-        gpuIndices: [],
-      },
+      }),
     });
   }, 300_000);
   afterAll(async () => t?.close(), 120_000);

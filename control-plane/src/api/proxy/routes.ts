@@ -108,36 +108,27 @@ export const proxyRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = a
     'Short form. enabled=false makes the proxy answer 503 PROXY_DISABLED for every port of the cluster; ' +
     "allowedIps replaces the cluster's ip_whitelist (addresses or CIDRs; empty: every address). " +
     'proxyUrl is the URL of the first tcp mapping (null without one).';
-  app.put(
-    '/v1/clusters/:cluster_id/proxy',
-    {
-      config,
-      schema: {
-        tags,
-        summary: 'Enable or disable the proxy; set the allowed addresses',
-        description: shortDescription,
-        params: ClusterParams,
-        body: ShortBody,
-        response: { 200: ShortResponse, ...wrappedErrors(400, 401, 403, 404, 429) },
+  // The same short form under both versions; only the error shape differs.
+  for (const [version, errors] of [
+    ['v1', wrappedErrors],
+    ['v2', flatErrors],
+  ] as const) {
+    app.put(
+      `/${version}/clusters/:cluster_id/proxy`,
+      {
+        config,
+        schema: {
+          tags,
+          summary: 'Enable or disable the proxy; set the allowed addresses',
+          description: shortDescription,
+          params: ClusterParams,
+          body: ShortBody,
+          response: { 200: ShortResponse, ...errors(400, 401, 403, 404, 429) },
+        },
       },
-    },
-    async (request) => proxy.updateShort(actorOf(request), request.params.cluster_id, request.body),
-  );
-  app.put(
-    '/v2/clusters/:cluster_id/proxy',
-    {
-      config,
-      schema: {
-        tags,
-        summary: 'Enable or disable the proxy; set the allowed addresses',
-        description: shortDescription,
-        params: ClusterParams,
-        body: ShortBody,
-        response: { 200: ShortResponse, ...flatErrors(400, 401, 403, 404, 429) },
-      },
-    },
-    async (request) => proxy.updateShort(actorOf(request), request.params.cluster_id, request.body),
-  );
+      async (request) => proxy.updateShort(actorOf(request), request.params.cluster_id, request.body),
+    );
+  }
 
   app.post(
     '/v1/clusters/:cluster_id/proxy/ports',

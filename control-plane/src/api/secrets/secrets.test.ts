@@ -8,7 +8,7 @@ import { createLogger } from '../../logger.ts';
 import { secretSpecResolver } from '../../secrets/injection.ts';
 import { SecretService } from '../../secrets/secrets.ts';
 import { addAccount, addMember, call, type TestMember } from '../../testing/accounts.ts';
-import { createTestApp, ManualClock, type TestApp, testLogger } from '../../testing/index.ts';
+import { clusterRow, createTestApp, ManualClock, type TestApp, testLogger } from '../../testing/index.ts';
 
 const KEY_A = 'a'.repeat(64);
 const KEY_B = 'b'.repeat(64);
@@ -17,20 +17,7 @@ const KEY_B = 'b'.repeat(64);
 async function addCluster(t: TestApp, accountId: string, ownerId: string): Promise<string> {
   const id = newId('cluster');
   await t.context.db.prisma.cluster.create({
-    data: {
-      id,
-      accountId,
-      ownerId,
-      name: `c-${id.slice(-6)}`,
-      gpuType: 'H100',
-      gpuCount: 1,
-      cpuCores: 4,
-      memoryGb: 16,
-      storageGb: 50,
-      dockerImage: 'anvil-test/busybox:latest',
-      command: [],
-      gpuIndices: [],
-    },
+    data: clusterRow({ id, accountId, ownerId, name: `c-${id.slice(-6)}`, status: 'pending' }),
   });
   return id;
 }

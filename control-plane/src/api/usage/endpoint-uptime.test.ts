@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeWorkerSession } from '../../billing/worker-sessions.ts';
 import { insertSimulatedHosts } from '../../scheduler/simulated-hosts.ts';
 import { call } from '../../testing/accounts.ts';
+import { createEndpoint, placedWorker } from '../../testing/endpoints.ts';
 import { createTestApp, ManualClock, type TestApp, waitFor } from '../../testing/index.ts';
 
 const NOW = new Date('2026-11-24T12:00:00Z');
@@ -33,23 +34,9 @@ describe('endpoint worker uptime billing', () => {
   };
 
   it('bills a worker from its container start until it is removed, not only its executions', async () => {
-    const created = await call(t, {
-      method: 'POST',
-      url: '/v2/endpoints',
-      payload: {
-        name: 'billed',
-        image: 'anvil-test/busybox:latest',
-        gpuType: 'H100',
-        gpuCount: 2,
-        configuration: { workerCount: 1 },
-      },
-    });
-    expect(created.statusCode, created.body).toBe(201);
-    const endpointId = created.json().id as string;
+    const endpointId = await createEndpoint(t, 'billed', { gpuCount: 2 });
     const prisma = t.context.db.prisma;
-    const worker = await waitFor('a worker placed', () =>
-      prisma.endpointWorker.findFirst({ where: { endpointId } }),
-    );
+    const worker = await placedWorker(t, endpointId);
     // The rate is fixed at placement: 2 GPUs x 3 USD. A later price change is for later workers.
     expect(worker.hourlyRate).toBe(6);
     await t.context.clusters.prices.set({ H100: 100 });
@@ -133,22 +120,9 @@ describe('endpoint worker uptime billing', () => {
   });
 
   it('opens the session from the change that says the container runs, before any full report', async () => {
-    const created = await call(t, {
-      method: 'POST',
-      url: '/v2/endpoints',
-      payload: {
-        name: 'billed-at-start',
-        image: 'anvil-test/busybox:latest',
-        gpuType: 'H100',
-        configuration: { workerCount: 1 },
-      },
-    });
-    expect(created.statusCode, created.body).toBe(201);
-    const endpointId = created.json().id as string;
+    const endpointId = await createEndpoint(t, 'billed-at-start');
     const prisma = t.context.db.prisma;
-    const worker = await waitFor('a worker placed', () =>
-      prisma.endpointWorker.findFirst({ where: { endpointId } }),
-    );
+    const worker = await placedWorker(t, endpointId);
     // The agent's container_state message alone, as the gateway stores it: a worker may answer its
     // health check (and turn ready) before the next actual_state report, and must be billed by then.
     const startedAt = clock.now().toISOString();

@@ -4,6 +4,7 @@ import { entryText, type ListQuery, type LogSubject, type SearchBody } from '../
 import { listParam, ParamErrors } from '../../cluster-telemetry/params.ts';
 import { streamLogs } from '../../cluster-telemetry/stream.ts';
 import type { AppContext } from '../../context.ts';
+import { sendEventStream } from '../../http/event-stream.ts';
 
 /** How often a follower's access to the job or endpoint is checked again (a revoked caller is cut off). */
 export const REVALIDATE_MS = 5_000;
@@ -78,20 +79,10 @@ export async function serveLogs(
     revoked: revoked.signal,
     onError: (error) => request.log.warn({ err: error }, 'log stream failed'),
   });
-  const stop = () => {
+  return sendEventStream(reply, stream, () => {
     clearInterval(recheck);
     release();
-  };
-  stream.on('close', stop);
-  reply.raw.on('close', () => {
-    stop();
-    stream.destroy();
   });
-  return reply
-    .header('content-type', 'text/event-stream; charset=utf-8')
-    .header('cache-control', 'no-cache, no-transform')
-    .header('x-accel-buffering', 'no')
-    .send(stream as never);
 }
 
 /** POST …/logs/search of a worker: the cluster logs' boolean query language over its lines. */

@@ -1,5 +1,6 @@
 import type { LogEntry, LogLoss, LogsComplete, MetricSample } from '@anvil/shared/protocol';
 import type { Clock } from '../../auth/clock.ts';
+import { deleteOlderThan } from '../../db/batching.ts';
 import type { Database } from '../../db/index.ts';
 import { soleProcess } from '../../db/index.ts';
 import { cleanJson, cleanText } from '../agents/sanitize.ts';
@@ -586,20 +587,8 @@ export class TelemetryService {
     return result ?? { metricSamples: 0, metricRollups: 0, logEntries: 0, logLosses: 0 };
   }
 
-  async #purgeTable(table: string, key: string, column: string, cutoff: string): Promise<number> {
-    let total = 0;
-    for (;;) {
-      const rows = await this.db.sql.query<{ n: number }>(
-        `WITH gone AS (
-           DELETE FROM ${table} WHERE ${key} IN (SELECT ${key} FROM ${table} WHERE ${column} < $1 LIMIT ${PURGE_CHUNK})
-           RETURNING 1)
-         SELECT count(*)::int AS n FROM gone`,
-        [cutoff],
-      );
-      const n = Number(rows[0]?.n ?? 0);
-      total += n;
-      if (n < PURGE_CHUNK) return total;
-    }
+  #purgeTable(table: string, key: string, column: string, cutoff: string): Promise<number> {
+    return deleteOlderThan(this.db.sql, { table, key, column, cutoff, chunk: PURGE_CHUNK });
   }
 
   async #purgeRollups(cutoff: string): Promise<number> {
