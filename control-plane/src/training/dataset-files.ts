@@ -10,7 +10,7 @@ import { CODE_PATH, DATASET_DIR } from './contract.ts';
 
 const READ_ONLY = 0o444;
 
-/** Where an agent fetches a dataset version (served by api/agent-downloads/routes.ts). */
+/** Where an agent fetches a dataset version (served by api/agent-downloads/agent-downloads.routes.ts). */
 export function datasetDownloadPath(datasetId: string, versionId: string): string {
   return `${AGENT_DOWNLOAD_PATH}/datasets/${encodeURIComponent(datasetId)}/versions/${encodeURIComponent(versionId)}`;
 }

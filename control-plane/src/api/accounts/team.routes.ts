@@ -6,7 +6,7 @@ import { INVITATION_LIFETIMES } from '../../accounts/invitations.ts';
 import { BULK_OPERATIONS } from '../../accounts/team.ts';
 import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
-import { ApiKeyRecord } from '../auth/schemas.ts';
+import { ApiKeyRecord } from '../auth/auth.schemas.ts';
 import {
   AnyObject,
   actorOf,

@@ -6,7 +6,6 @@ import type { AppContext } from '../../context.ts';
 import type { Account, Prisma } from '../../db/generated/client.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { InvitationRecord } from '../accounts/common.ts';
-import { requireOperator } from './operator.ts';
 import {
   AccountIdParams,
   AdminAccount,
@@ -14,7 +13,8 @@ import {
   AdminAccountsQuery,
   CreateAccountBody,
   UpdateAccountBody,
-} from './schemas.ts';
+} from './admin.schemas.ts';
+import { requireOperator } from './operator.ts';
 
 /** Cluster statuses that hold or wait for capacity (everything but stopped and deleted). */
 const ACTIVE_CLUSTER = ['pending', 'starting', 'running', 'stopping', 'deleting', 'error'];

@@ -2,8 +2,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { type TSchema, Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
+import { HostIdParams } from './admin.schemas.ts';
 import { requireOperator } from './operator.ts';
-import { HostIdParams } from './schemas.ts';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 const Version = Type.String({

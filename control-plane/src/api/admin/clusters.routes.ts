@@ -3,8 +3,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AppContext } from '../../context.ts';
 import type { Prisma } from '../../db/generated/client.ts';
 import { flatErrors } from '../../http/error-body.ts';
+import { ADMIN_CLUSTER_STATUSES, AdminClusterList, AdminClustersQuery } from './admin.schemas.ts';
 import { requireOperator } from './operator.ts';
-import { ADMIN_CLUSTER_STATUSES, AdminClusterList, AdminClustersQuery } from './schemas.ts';
 
 /**
  * GET /v2/admin/clusters: every account's GPU clusters, for operators (who uses which host, what waits in

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
-import { GpuPrices, SetGpuPricesBody } from '../clusters/schemas.ts';
+import { GpuPrices, SetGpuPricesBody } from '../clusters/clusters.schemas.ts';
 import { requireOperator } from './operator.ts';
 
 const PRICES =

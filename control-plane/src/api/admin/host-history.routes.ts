@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AppContext } from '../../context.ts';
 import { HOST_EVENT_TYPES } from '../../fleet/hosts/event-log.ts';
 import { flatErrors } from '../../http/error-body.ts';
+import { HostIdParams } from './admin.schemas.ts';
 import {
   HostEventsQuery,
   HostEventsResponse,
@@ -11,7 +12,6 @@ import {
   SeriesResponse,
 } from './host-history.schemas.ts';
 import { requireOperator } from './operator.ts';
-import { HostIdParams } from './schemas.ts';
 
 const HOUR_MS = 3_600_000;
 const MAX_KEYS = 64;

@@ -3,7 +3,6 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { controlPlaneUrlOf, installCommand } from '../agent-downloads/artifacts.routes.ts';
-import { requireOperator } from './operator.ts';
 import {
   CreatedJoinToken,
   CreateJoinTokenBody,
@@ -22,7 +21,8 @@ import {
   ReasonBody,
   WorkloadIdParams,
   WorkloadRecord,
-} from './schemas.ts';
+} from './admin.schemas.ts';
+import { requireOperator } from './operator.ts';
 
 const HOUR_MS = 3_600_000;
 

@@ -10,7 +10,7 @@ import {
   KeyIdParams,
   RotateBody,
   VerifyResponse,
-} from './schemas.ts';
+} from './auth.schemas.ts';
 
 export const apiKeyRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (app, { context }) => {
   app.addSchema(ApiKeyRecord);

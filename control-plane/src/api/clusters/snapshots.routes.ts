@@ -4,7 +4,7 @@ import type { AppContext } from '../../context.ts';
 import { Envelope, ok } from '../../http/envelope.ts';
 import { wrappedErrors } from '../../http/error-body.ts';
 import { actorOf, Nullable } from '../accounts/common.ts';
-import { ClusterParams } from './schemas.ts';
+import { ClusterParams } from './clusters.schemas.ts';
 
 const tags = ['clusters'];
 

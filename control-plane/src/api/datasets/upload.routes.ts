@@ -6,7 +6,7 @@ import type { AppContext } from '../../context.ts';
 import { UPLOAD_BASE_PATH } from '../../datasets/view.ts';
 import type { Dataset } from '../../db/generated/client.ts';
 import { flatErrors } from '../../http/error-body.ts';
-import { PROCESSING, UPLOAD_AUTH, UPLOADS } from './docs.ts';
+import { PROCESSING, UPLOAD_AUTH, UPLOADS } from './datasets.docs.ts';
 import {
   AbortedUpload,
   CompleteMultipartBody,
@@ -17,7 +17,7 @@ import {
   UploadAccepted,
   UploadedPart,
   UploadParams,
-} from './schemas.ts';
+} from './datasets.schemas.ts';
 import { contentLengthOf, datasetForUpload } from './upload-auth.ts';
 
 const tags = ['training datasets'];

@@ -4,7 +4,7 @@ import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { DEFAULT_STREAM_WAIT_MS, DEFAULT_SYNC_WAIT_MS } from '../../serverless/execution.ts';
 import { actorOf } from '../accounts/common.ts';
-import { EXEC_ACCESS, EXECUTION, QUEUE_HEALTH, RUNSYNC, STATUS_SYNC, WORKERS } from './docs.ts';
+import { EXEC_ACCESS, EXECUTION, QUEUE_HEALTH, RUNSYNC, STATUS_SYNC, WORKERS } from './endpoints.docs.ts';
 import {
   ExecParams,
   JobAccepted,
@@ -17,7 +17,7 @@ import {
   StatusQuery,
   StreamQuery,
   StreamRecord,
-} from './schemas.ts';
+} from './endpoints.schemas.ts';
 
 const tags = ['serverless execution'];
 

@@ -6,8 +6,8 @@ import { ARTIFACT_REPORT, ARTIFACT_RETENTION } from '../../training/artifacts/do
 import { actorOf } from '../accounts/common.ts';
 import { sendArtifact } from './artifact-download.ts';
 import { ArtifactList, ArtifactParams, TrainingArtifact } from './artifacts.schemas.ts';
-import { ACCESS } from './docs.ts';
-import { JobParams } from './schemas.ts';
+import { ACCESS } from './training-jobs.docs.ts';
+import { JobParams } from './training-jobs.schemas.ts';
 
 const tags = ['training jobs'];
 

@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { actorOf } from '../accounts/common.ts';
-import { ACCESS } from './docs.ts';
+import { ACCESS } from './training-jobs.docs.ts';
 import {
   DeployBestBody,
   DeployedJob,
@@ -15,8 +15,8 @@ import {
   TuneList,
   TuneListQuery,
   TuneParams,
-} from './schemas.ts';
-import { TUNING } from './tune-docs.ts';
+} from './training-jobs.schemas.ts';
+import { TUNING } from './tune.docs.ts';
 
 const tags = ['hyperparameter tuning'];
 

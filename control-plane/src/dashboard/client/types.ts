@@ -1,5 +1,4 @@
 import type { Static } from '@sinclair/typebox';
-import type { HostEventRecord, SeriesResponse } from '../../api/admin/host-history.schemas.ts';
 import type {
   AdminAccountList,
   AdminClusterList,
@@ -10,7 +9,8 @@ import type {
   LogsResponse,
   MetricsResponse,
   WorkloadRecord,
-} from '../../api/admin/schemas.ts';
+} from '../../api/admin/admin.schemas.ts';
+import type { HostEventRecord, SeriesResponse } from '../../api/admin/host-history.schemas.ts';
 
 /**
  * The admin API's shapes, derived from the schemas its routes validate and serialise with: a change

@@ -20,7 +20,7 @@ import {
   ShortSummary,
   Summary,
   SummaryQuery,
-} from './schemas.ts';
+} from './usage.schemas.ts';
 
 const tags = ['usage'];
 

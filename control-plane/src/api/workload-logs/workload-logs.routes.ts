@@ -5,8 +5,9 @@ import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { LogSubjects } from '../../workload-logs/subjects.ts';
 import { actorOf } from '../accounts/common.ts';
-import { ACCESS as ENDPOINT_ACCESS } from '../endpoints/docs.ts';
-import { ACCESS as TRAINING_ACCESS } from '../training-jobs/docs.ts';
+import { ACCESS as ENDPOINT_ACCESS } from '../endpoints/endpoints.docs.ts';
+import { ACCESS as TRAINING_ACCESS } from '../training-jobs/training-jobs.docs.ts';
+import { REVALIDATE_MS, searchLogs, serveLogs } from './serve.ts';
 import {
   TrainingLogsPage,
   TrainingLogsParams,
@@ -18,8 +19,7 @@ import {
   WorkerLogsQuery,
   WorkerSearchBody,
   WorkersParams,
-} from './schemas.ts';
-import { REVALIDATE_MS, searchLogs, serveLogs } from './serve.ts';
+} from './workload-logs.schemas.ts';
 
 const LINES =
   "Lines are the worker container's stdout and stderr as its agent sent them (kept like cluster logs, " +

@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { actorOf } from '../accounts/common.ts';
-import { ACCESS, COMPARE, EXPORT, LIFECYCLE, LIMITS, RUNS, STATISTICS } from './docs.ts';
+import { ACCESS, COMPARE, EXPORT, LIFECYCLE, LIMITS, RUNS, STATISTICS } from './experiments.docs.ts';
 import {
   AddRunBody,
   ArchiveBody,
@@ -20,7 +20,7 @@ import {
   ListQuery,
   Run,
   UpdateExperimentBody,
-} from './schemas.ts';
+} from './experiments.schemas.ts';
 
 const tags = ['training experiments'];
 const BASE = '/v2/training/experiments';

@@ -1,6 +1,11 @@
 import { Type } from '@sinclair/typebox';
 import { MAX_INT32 } from '../bounds.ts';
-import { LogEntry, LogsQuery, SearchBody, StreamQuery } from '../cluster-telemetry/schemas.ts';
+import {
+  LogEntry,
+  LogsQuery,
+  SearchBody,
+  StreamQuery,
+} from '../cluster-telemetry/cluster-telemetry.schemas.ts';
 
 /** The cluster log entry's shape, without its $id (that schema is the cluster area's). */
 export const WorkerLogEntry = Type.Object({ ...LogEntry.properties });

@@ -32,7 +32,7 @@ import {
   SnapshotMeta,
   SnapshotQuery,
   StreamQuery,
-} from './schemas.ts';
+} from './cluster-telemetry.schemas.ts';
 
 const tags = ['cluster metrics and logs'];
 const ACCESS =

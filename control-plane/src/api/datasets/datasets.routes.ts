@@ -5,7 +5,7 @@ import type { AppContext } from '../../context.ts';
 import { parseByteRange } from '../../http/byte-range.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import { actorOf } from '../accounts/common.ts';
-import { ACCESS, PROCESSING, UPLOADS } from './docs.ts';
+import { ACCESS, PROCESSING, UPLOADS } from './datasets.docs.ts';
 import {
   CreateDatasetBody,
   CreatedDataset,
@@ -17,7 +17,7 @@ import {
   DownloadQuery,
   ListQuery,
   UpdateDatasetBody,
-} from './schemas.ts';
+} from './datasets.schemas.ts';
 
 const tags = ['training datasets'];
 

@@ -6,7 +6,7 @@ import { flatErrors } from '../../http/error-body.ts';
 import { type CreateJobRequest, isShortForm } from '../../training/config.ts';
 import { TRAINER_CONTRACT } from '../../training/contract.ts';
 import { actorOf } from '../accounts/common.ts';
-import { ACCESS, FIGURES, LIFECYCLE } from './docs.ts';
+import { ACCESS, FIGURES, LIFECYCLE } from './training-jobs.docs.ts';
 import {
   CreateJobBody,
   Job,
@@ -17,7 +17,7 @@ import {
   ResumeJobBody,
   ShortCreatedJob,
   StopJobBody,
-} from './schemas.ts';
+} from './training-jobs.schemas.ts';
 
 const tags = ['training jobs'];
 

@@ -15,7 +15,7 @@ import {
   SecretList,
   SecretParams,
   UpdateSecretBody,
-} from './schemas.ts';
+} from './secrets.schemas.ts';
 
 const tags = ['cluster secrets'];
 const SecretRef = Type.Ref('ClusterSecret');

@@ -15,7 +15,7 @@ import {
   TemplateParams,
   TemplateVersions,
   UpdateTemplateBody,
-} from './schemas.ts';
+} from './templates.schemas.ts';
 
 const tags = ['cluster templates'];
 const TemplateRef = Type.Ref('ClusterTemplate');

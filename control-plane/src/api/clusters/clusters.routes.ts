@@ -19,7 +19,7 @@ import {
   ListClustersQuery,
   StopBody,
   StopResult,
-} from './schemas.ts';
+} from './clusters.schemas.ts';
 
 const tags = ['clusters'];
 const ClusterRef = Type.Ref('Cluster');

@@ -16,7 +16,7 @@ import {
   ShortBody,
   ShortResponse,
   UpdatePortBody,
-} from './schemas.ts';
+} from './proxy.schemas.ts';
 
 const tags = ['proxy'];
 

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
-import { ApiUsageQuery, ApiUsageResponse } from './schemas.ts';
+import { ApiUsageQuery, ApiUsageResponse } from './analytics.schemas.ts';
 
 export const analyticsRoutes: FastifyPluginAsyncTypebox<{ context: AppContext }> = async (
   app,

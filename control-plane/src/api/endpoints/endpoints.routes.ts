@@ -4,7 +4,7 @@ import type { AppContext } from '../../context.ts';
 import { flatErrors } from '../../http/error-body.ts';
 import type { HealthInclude } from '../../serverless/health.ts';
 import { actorOf } from '../accounts/common.ts';
-import { ACCESS, CONFIGURATION, HEALTH, WORKERS } from './docs.ts';
+import { ACCESS, CONFIGURATION, HEALTH, WORKERS } from './endpoints.docs.ts';
 import {
   BatchHealth,
   BatchHealthBody,
@@ -20,7 +20,7 @@ import {
   ReadinessProbe,
   UpdatedEndpoint,
   UpdateEndpointBody,
-} from './schemas.ts';
+} from './endpoints.schemas.ts';
 
 const tags = ['serverless endpoints'];
 
