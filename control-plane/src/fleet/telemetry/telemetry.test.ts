@@ -223,4 +223,38 @@ describe('telemetry rollups and retention', () => {
       await quiet.stop();
     }
   });
+
+  it('rolls a large fleet’s minute up a few hundred hosts per statement where statements run in the API’s thread', async () => {
+    const rollupStatements: string[] = [];
+    const sql = database.db.sql;
+    const counted: Database = {
+      ...database.db,
+      sql: {
+        ...sql,
+        inThread: sql.inThread === true,
+        query: (text, params, name) => {
+          if (text.includes('INSERT INTO metric_rollups')) rollupStatements.push(text);
+          return sql.query(text, params, name);
+        },
+      },
+    };
+    const fleet = new TelemetryService(counted, clock, new ControlPlaneMetrics(), {
+      flushIntervalMs: 3_600_000,
+    });
+    try {
+      const hosts = Array.from({ length: 300 }, (_, i) => `host_rollupchunk${String(i).padStart(4, '0')}`);
+      for (const host of hosts) fleet.ingestMetrics(host, [containerSample(T0 + 5_000, 10, 100)], 0);
+      await fleet.flush();
+      clock.advance(15_000);
+      expect(await fleet.rollup()).toBe(300);
+      // 250 hosts a statement in the API's thread (PGlite); one statement on a database server.
+      expect(rollupStatements).toHaveLength(sql.inThread ? 2 : 1);
+      const [row] = await sql.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM metric_rollups WHERE host_id LIKE 'host_rollupchunk%'`,
+      );
+      expect(row!.n).toBe(300);
+    } finally {
+      await fleet.stop();
+    }
+  });
 });

@@ -1,6 +1,6 @@
 import type { LogEntry, LogLoss, LogsComplete, MetricSample } from '@anvil/shared/protocol';
 import type { Clock } from '../../auth/clock.ts';
-import { deleteOlderThan } from '../../db/batching.ts';
+import { betweenStatements, deleteOlderThan } from '../../db/batching.ts';
 import type { Database } from '../../db/index.ts';
 import { soleProcess } from '../../db/index.ts';
 import { cleanJson, cleanText } from '../agents/sanitize.ts';
@@ -34,6 +34,9 @@ export const MAX_LOG_LINE_CHARS = 65_536;
  * within it, so no sample slips between two rollup runs.
  */
 const ROLLUP_LAG_MS = 10_000;
+
+/** Hosts whose minute is rolled up per statement where statements run in the API's thread (PGlite). */
+const ROLLUP_HOSTS_PER_STATEMENT = 250;
 
 /** Rows deleted per statement by retention, so a large purge never holds long locks. */
 const PURGE_CHUNK = 20_000;
@@ -528,10 +531,38 @@ export class TelemetryService {
     }
     if (to <= from) return 0;
     const oldest = new Date(now.getTime() - this.retention.rollupMs);
+    const window = [from.toISOString(), to.toISOString(), oldest.toISOString()];
+    // On a database server, one statement. Where it runs in the API's thread (PGlite), a minute of a
+    // large fleet's samples is rolled up a few hosts at a time, letting the event loop turn between
+    // statements: in one, 5,000 hosts' minute held the thread 1.1 s (fleet-sim heartbeat p99 over 1 s).
+    let chunks: (string[] | null)[] = [null];
+    if (this.db.sql.inThread) {
+      const hosts = await this.db.sql.query<{ host_id: string }>(
+        `SELECT DISTINCT host_id FROM metric_samples
+         WHERE received_at >= $1 AND received_at < $2 AND at >= $3 ORDER BY host_id`,
+        window,
+      );
+      chunks = [];
+      for (let i = 0; i < hosts.length; i += ROLLUP_HOSTS_PER_STATEMENT) {
+        chunks.push(hosts.slice(i, i + ROLLUP_HOSTS_PER_STATEMENT).map((h) => h.host_id));
+      }
+    }
+    let written = 0;
+    for (const [i, hostIds] of chunks.entries()) {
+      if (i > 0) await betweenStatements(this.db.sql);
+      written += await this.#rollupHosts(window, hostIds);
+    }
+    this.#rolledUpTo = to;
+    return written;
+  }
+
+  /** Rolls up the window's samples of these hosts (null: every host). */
+  async #rollupHosts(window: string[], hostIds: string[] | null): Promise<number> {
     const rows = await this.db.sql.query<{ n: number }>(
       `WITH touched AS (
          SELECT DISTINCT host_id, kind, series, date_trunc('minute', at) AS bucket
          FROM metric_samples WHERE received_at >= $1 AND received_at < $2 AND at >= $3
+           AND ($4::text[] IS NULL OR host_id = ANY($4::text[]))
        ),
        kv AS (
          SELECT t.host_id, t.kind, t.series, t.bucket, s.id, s.at, e.key, (e.value #>> '{}')::float8 AS v
@@ -556,9 +587,8 @@ export class TelemetryService {
          RETURNING 1
        )
        SELECT count(*)::int AS n FROM written`,
-      [from.toISOString(), to.toISOString(), oldest.toISOString()],
+      [...window, hostIds],
     );
-    this.#rolledUpTo = to;
     return Number(rows[0]?.n ?? 0);
   }
 
